@@ -1,0 +1,27 @@
+# install(): headers, the library, the CMake package (fmha::fmha) and fmha.pc.
+include(CMakePackageConfigHelpers)
+
+set(FMHA_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/fmha)
+
+install(TARGETS fmha EXPORT fmhaTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY include/fmha DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT fmhaTargets NAMESPACE fmha:: DESTINATION ${FMHA_CMAKE_DIR})
+
+configure_package_config_file(cmake/fmhaConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/fmhaConfig.cmake INSTALL_DESTINATION ${FMHA_CMAKE_DIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/fmhaConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/fmhaConfig.cmake ${PROJECT_BINARY_DIR}/fmhaConfigVersion.cmake
+  DESTINATION ${FMHA_CMAKE_DIR})
+
+# pkg-config: a static libfmha also needs the thread library (and the CUDA
+# runtime, which pkg-config cannot locate; use the CMake package then).
+set(FMHA_PC_LIBS_PRIVATE "-lpthread")
+if(NOT FMHA_BUILD_SHARED)
+  set(FMHA_PC_CFLAGS "-DFMHA_STATIC_DEFINE")
+endif()
+configure_file(cmake/fmha.pc.in ${PROJECT_BINARY_DIR}/fmha.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/fmha.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

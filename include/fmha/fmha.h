@@ -1,0 +1,221 @@
+/*
+ * fmha: exact scaled-dot-product attention forward.
+ *
+ *   O = softmax(Q K^T * scale + mask) V
+ *
+ * computed the FlashAttention way: K/V tiles stream through on-chip memory
+ * while an online softmax keeps FP32 running max, sum and output per query
+ * row, so the N x N score matrix never reaches memory.
+ *
+ * This header is the whole public interface. It is C99, compiles as C and as
+ * C++, and uses C types only. Everything not declared here is hidden.
+ *
+ * Thread safety: a handle may be used by one thread at a time. Different
+ * handles may be used concurrently. fmha_last_error_message() is per thread.
+ */
+#ifndef FMHA_FMHA_H_
+#define FMHA_FMHA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- version ----------------------------------------------------------- */
+
+#define FMHA_VERSION_MAJOR 0
+#define FMHA_VERSION_MINOR 1
+#define FMHA_VERSION_PATCH 0
+/* MAJOR*10000 + MINOR*100 + PATCH. Same major = ABI compatible. */
+#define FMHA_VERSION_NUMBER \
+  (FMHA_VERSION_MAJOR * 10000 + FMHA_VERSION_MINOR * 100 + FMHA_VERSION_PATCH)
+
+/* ---- export macro ------------------------------------------------------ */
+/* The build defines FMHA_BUILDING_LIBRARY when compiling fmha itself, and
+ * FMHA_STATIC_DEFINE for both the library and its users when fmha is built
+ * as a static library. Users of the shared library define nothing. */
+#if defined(FMHA_STATIC_DEFINE)
+#define FMHA_API
+#elif defined(_WIN32)
+#if defined(FMHA_BUILDING_LIBRARY)
+#define FMHA_API __declspec(dllexport)
+#else
+#define FMHA_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#define FMHA_API __attribute__((visibility("default")))
+#else
+#define FMHA_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ------------------------------------------------------------ */
+/* X(name, value, description). Values are pinned and never reused. */
+#define FMHA_STATUS_MAP(X)                                                   \
+  X(SUCCESS, 0, "success")                                                   \
+  X(ERROR_INVALID_ARGUMENT, 1, "invalid argument")                           \
+  X(ERROR_UNSUPPORTED, 2, "no kernel supports this problem")                 \
+  X(ERROR_WORKSPACE_TOO_SMALL, 3, "workspace too small")                     \
+  X(ERROR_OUT_OF_MEMORY, 4, "out of memory")                                 \
+  X(ERROR_DEVICE, 5, "CUDA runtime failure")                                 \
+  X(ERROR_NOT_AVAILABLE, 6, "backend not built, or no such device")          \
+  X(ERROR_INTERNAL, 7, "internal error")
+
+typedef enum fmha_status {
+#define FMHA_STATUS_ENUM_(name, value, text) FMHA_##name = value,
+  FMHA_STATUS_MAP(FMHA_STATUS_ENUM_)
+#undef FMHA_STATUS_ENUM_
+  FMHA_STATUS_COUNT_ /* not a status; one past the last value */
+} fmha_status;
+
+/* A static description of a status value; "unknown status" for others.
+ * Never NULL. */
+FMHA_API const char* fmha_status_string(fmha_status status);
+
+/* The detail of the calling thread's most recent failure, naming the field
+ * and value at fault (e.g. "k.dims[1]=6 does not divide q.dims[1]=32").
+ * "" if the thread's last call succeeded or it made none. The pointer stays
+ * valid until the thread's next fmha call. Never NULL. */
+FMHA_API const char* fmha_last_error_message(void);
+
+/* ---- tensors ----------------------------------------------------------- */
+
+typedef enum fmha_dtype {
+  FMHA_DTYPE_F16 = 1,
+  FMHA_DTYPE_BF16 = 2,
+  FMHA_DTYPE_F32 = 3
+} fmha_dtype;
+
+typedef enum fmha_device_kind {
+  FMHA_DEVICE_CPU = 0,
+  FMHA_DEVICE_CUDA = 1
+} fmha_device_kind;
+
+/* A strided 4-D view. Logical order [batch, heads, seq, head_dim]; strides
+ * are in elements (not bytes) and may be any non-negative values, so BHND,
+ * BNHD and slices of a packed QKV buffer are all expressible. The head_dim
+ * stride should be 1 for the fast kernels. */
+typedef struct fmha_tensor {
+  void* data;
+  fmha_dtype dtype;
+  int64_t dims[4];
+  int64_t strides[4];
+} fmha_tensor;
+
+/* ---- masks ------------------------------------------------------------- */
+/* Query i (0-based, of Nq) and key j (of Nk). The diagonal of query i is
+ * d(i) = i + Nk - Nq ("bottom-right", FlashAttention >= 2.1, cuDNN
+ * BOTTOM_RIGHT) unless FMHA_MASK_CAUSAL_TOP_LEFT is set, then d(i) = i.
+ *   FMHA_MASK_CAUSAL           key j visible iff j <= d(i)
+ *   FMHA_MASK_CAUSAL_TOP_LEFT  key j visible iff j <= i
+ * Sliding window (window_left/right >= 0; -1 = unbounded):
+ *   key j visible iff d(i) - window_left <= j <= d(i) + window_right.
+ * With a causal flag window_right must be -1 or 0. A row that sees no key
+ * gets O = 0 and lse = -inf. */
+#define FMHA_MASK_NONE 0u
+#define FMHA_MASK_CAUSAL 1u
+#define FMHA_MASK_CAUSAL_TOP_LEFT 2u
+
+/* ---- forward parameters ------------------------------------------------ */
+/* Grows only at the end. struct_size is set by fmha_forward_params_init();
+ * the library accepts every size it has shipped (see
+ * FMHA_FORWARD_PARAMS_SIZE_V1) and rejects others. */
+typedef struct fmha_forward_params {
+  uint32_t struct_size;
+  uint32_t mask_flags;  /* FMHA_MASK_* */
+  /* q: [B, Hq, Nq, D]; k, v: [B, Hk, Nk, D] with Hq % Hk == 0 (GQA/MQA:
+   * query head h reads kv head h / (Hq / Hk)); o: [B, Hq, Nq, D].
+   * q, k, v and o share one dtype. */
+  fmha_tensor q;
+  fmha_tensor k;
+  fmha_tensor v;
+  fmha_tensor o;
+  /* Optional [B, Hq, Nq] FP32, contiguous, natural-log log-sum-exp of the
+   * scaled (and soft-capped) logits of each row; -inf for a row that sees
+   * no key. NULL = not written. On the handle's device. */
+  float* lse;
+  float scale;        /* 0 = 1/sqrt(D); else finite and > 0 */
+  float softcap;      /* 0 = off; else s -> softcap * tanh(s / softcap) */
+  int32_t window_left;  /* -1 = unbounded */
+  int32_t window_right; /* -1 = unbounded */
+  /* NULL = automatic choice; else the name of a registered kernel to force
+   * (see fmha_kernel_name). A forced kernel that does not support the
+   * problem gives FMHA_ERROR_UNSUPPORTED. */
+  const char* kernel;
+  /* Split of the key dimension for the CUDA kernels: 0 = automatic, 1 = no
+   * split, n > 1 = at most n splits (benchmarks and tests). */
+  int32_t num_splits;
+  int32_t reserved_;  /* must be 0 */
+} fmha_forward_params;
+
+/* The size of fmha_forward_params as shipped in 0.1. */
+#define FMHA_FORWARD_PARAMS_SIZE_V1 ((uint32_t)sizeof(fmha_forward_params))
+
+/* Sets struct_size and the defaults: zeroed tensors, no mask, scale 0,
+ * softcap 0, windows -1, kernel NULL, num_splits 0, lse NULL. NULL is
+ * ignored. */
+FMHA_API void fmha_forward_params_init(fmha_forward_params* params);
+
+/* ---- handles ----------------------------------------------------------- */
+
+typedef struct fmha_context* fmha_handle;
+
+/* Creates a handle for one device. CPU: device_ordinal must be 0. CUDA:
+ * FMHA_ERROR_NOT_AVAILABLE when the library was built without CUDA, no GPU
+ * is present, or the ordinal does not name one. *handle is set to NULL on
+ * failure. */
+FMHA_API fmha_status fmha_create(fmha_handle* handle, fmha_device_kind kind,
+                                 int device_ordinal);
+
+/* Releases the handle. NULL is fine. */
+FMHA_API void fmha_destroy(fmha_handle handle);
+
+/* CUDA handles: the cudaStream_t later forwards are enqueued on (NULL = the
+ * legacy default stream). CPU handles accept only NULL. */
+FMHA_API fmha_status fmha_set_stream(fmha_handle handle, void* cuda_stream);
+
+/* CPU handles: worker threads for later forwards; 0 = one per hardware
+ * thread. Ignored by CUDA handles. Negative is invalid. */
+FMHA_API fmha_status fmha_set_num_threads(fmha_handle handle, int num_threads);
+
+/* ---- forward ----------------------------------------------------------- */
+
+/* The workspace fmha_forward needs for these params on this handle, in
+ * bytes (may be 0). Validates params exactly as fmha_forward does. */
+FMHA_API fmha_status fmha_forward_workspace_size(
+    fmha_handle handle, const fmha_forward_params* params, size_t* bytes);
+
+/* Computes o (and lse when given). workspace: device memory of the handle's
+ * device, 16-byte aligned, at least fmha_forward_workspace_size() bytes;
+ * may be NULL when that size is 0. Allocates nothing itself, so a CUDA
+ * forward can be captured in a CUDA graph. On CUDA the call is asynchronous
+ * on the handle's stream. Validation happens before anything is written:
+ * on any error o and lse are untouched. */
+FMHA_API fmha_status fmha_forward(fmha_handle handle,
+                                  const fmha_forward_params* params,
+                                  void* workspace, size_t workspace_bytes);
+
+/* ---- introspection ----------------------------------------------------- */
+
+/* Registered kernels in this build (CPU and, when built, CUDA). */
+FMHA_API int fmha_kernel_count(void);
+/* The name of kernel i, or NULL when i is out of range. */
+FMHA_API const char* fmha_kernel_name(int index);
+
+/* Writes to buf (NUL-terminated, truncated to len) which kernel would run
+ * for these params and why each better-ranked kernel was passed over.
+ * Returns FMHA_SUCCESS when a kernel would run, FMHA_ERROR_UNSUPPORTED when
+ * none would (buf still says why), or the validation error. */
+FMHA_API fmha_status fmha_forward_explain(fmha_handle handle,
+                                          const fmha_forward_params* params,
+                                          char* buf, size_t len);
+
+/* FMHA_VERSION_NUMBER of the library actually loaded. */
+FMHA_API uint32_t fmha_version(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FMHA_FMHA_H_ */

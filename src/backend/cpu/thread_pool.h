@@ -1,0 +1,31 @@
+// A fixed pool of worker threads owned by a CPU handle.
+//
+// parallel_for(n, fn) runs fn(item, worker) for item in [0, n) across the
+// pool (the calling thread works too, as worker 0) and returns when all are
+// done. `worker` is in [0, size()) and unique among concurrently running
+// calls, so it indexes per-thread scratch. fn must not throw.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace fmha {
+
+class ThreadPool {
+ public:
+  // num_threads >= 1, counting the calling thread.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const;
+  void parallel_for(int64_t n, const std::function<void(int64_t item, int worker)>& fn);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fmha

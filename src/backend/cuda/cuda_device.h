@@ -1,0 +1,33 @@
+// Host-side CUDA runtime queries used by the C API (compiled only when fmha
+// is built with CUDA; see FMHA_WITH_CUDA).
+#pragma once
+
+#include "core/device_info.h"
+
+namespace fmha::cuda {
+
+// Fills `info` for device `ordinal`. FMHA_ERROR_NOT_AVAILABLE when no GPU
+// (or no driver) is present or the ordinal names none.
+fmha_status query_device(int ordinal, DeviceInfo* info);
+
+enum class PointerKind { kHost, kPinnedHost, kDevice, kManaged };
+
+// Where `ptr` lives, as far as the runtime can tell: kHost is plain
+// (unregistered) host memory a GPU cannot read; kPinnedHost is page-locked
+// host memory mapped into the device address space. `*device` receives the owning device for kDevice.
+PointerKind pointer_kind(const void* ptr, int* device);
+
+// True once a CUDA handle was created in this process. CPU handles check
+// pointers with the CUDA runtime only then, so a CPU-only user never pays
+// for CUDA initialization (context creation takes a GPU's memory and time).
+bool runtime_in_use();
+
+// Makes `ordinal` current on the calling thread.
+fmha_status set_device(int ordinal);
+
+// Checks the stream's last launch error (cudaGetLastError) and returns
+// FMHA_ERROR_DEVICE with the runtime's message when there was one. `what`
+// names the launch.
+fmha_status check_launch(const char* what);
+
+}  // namespace fmha::cuda

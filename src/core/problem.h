@@ -1,0 +1,64 @@
+// The validated, normalized description of one attention forward.
+//
+// fmha_forward_params is what the caller wrote; Problem is what every kernel
+// reads: dims resolved, scale resolved, the mask reduced to one contiguous
+// key range per query row (see mask.h), strides in elements. A kernel never
+// sees an invalid Problem: validate.cpp builds it or fails.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "fmha/fmha.h"
+
+namespace fmha {
+
+// Bytes per element of a dtype (0 for values outside fmha_dtype).
+constexpr int dtype_size(fmha_dtype t) {
+  return t == FMHA_DTYPE_F16 || t == FMHA_DTYPE_BF16 ? 2 : t == FMHA_DTYPE_F32 ? 4 : 0;
+}
+
+constexpr const char* dtype_name(fmha_dtype t) {
+  return t == FMHA_DTYPE_F16 ? "F16" : t == FMHA_DTYPE_BF16 ? "BF16" : t == FMHA_DTYPE_F32 ? "F32" : "?";
+}
+
+// One operand: base pointer and element strides in [batch, head, seq, dim]
+// order. Its dims are the Problem's.
+struct Operand {
+  void* data = nullptr;
+  int64_t stride[4] = {0, 0, 0, 0};
+};
+
+struct Problem {
+  fmha_dtype dtype = FMHA_DTYPE_F16;
+  int64_t batch = 0;
+  int64_t heads_q = 0;
+  int64_t heads_kv = 0;
+  int64_t seq_q = 0;
+  int64_t seq_k = 0;
+  int64_t head_dim = 0;
+
+  Operand q, k, v, o;
+  float* lse = nullptr;  // [batch, heads_q, seq_q] contiguous, or null
+
+  float scale = 0.f;    // resolved: never 0
+  float softcap = 0.f;  // 0 = off
+
+  // The mask as a band around the diagonal d(i) = i + diag_offset:
+  // key j is visible to query i iff d(i) - window_left <= j <= d(i) +
+  // window_right, each bound dropped when negative (-1 = unbounded). A
+  // causal mask is window_right = 0. See mask.h for the key range.
+  bool causal = false;         // set by a causal flag (window_right == 0)
+  int64_t diag_offset = 0;     // seq_k - seq_q (bottom-right) or 0 (top-left)
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+
+  int32_t num_splits = 0;        // 0 = automatic
+  const char* forced_kernel = nullptr;
+
+  int64_t group_size() const { return heads_q / heads_kv; }
+  bool has_mask() const { return window_left >= 0 || window_right >= 0; }
+  bool has_window() const { return window_left >= 0 || (window_right >= 0 && !causal); }
+};
+
+}  // namespace fmha

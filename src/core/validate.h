@@ -1,0 +1,21 @@
+// Validation: turns caller-written fmha_forward_params into a Problem, or
+// fails with a specific status and a message naming the field and value.
+// Nothing here writes to any tensor.
+#pragma once
+
+#include "core/device_info.h"
+#include "core/problem.h"
+
+namespace fmha {
+
+// Checks everything that does not depend on the device: struct_size,
+// pointers, dtypes, dims, strides (extent overflow, o aliasing itself),
+// shapes, GQA divisibility, mask bits and windows, scale, softcap, overlap of
+// o and lse with the inputs.
+fmha_status build_problem(const fmha_forward_params* params, Problem* out);
+
+// Checks that the tensors live where the handle's device can use them
+// (a host pointer on a CUDA handle, a device pointer on a CPU handle).
+fmha_status check_memory_location(const Problem& p, const DeviceInfo& dev);
+
+}  // namespace fmha

@@ -1,0 +1,170 @@
+#include "dispatch/registry.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "backend/cpu/cpu_attention.h"
+#include "core/error.h"
+#if FMHA_WITH_CUDA
+#include "backend/cuda/kernels.h"
+#endif
+
+namespace fmha {
+namespace {
+
+// The kernel table. Lower rank runs first when several entries support a
+// problem. Columns: name, summary, device, sm range, dtypes, head dims
+// {max, multiple, only}, features, alignment, rank, supports, workspace, run.
+const KernelEntry kKernels[] = {
+#if FMHA_WITH_CUDA
+    {"cuda_sm80_tc", "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping",
+     FMHA_DEVICE_CUDA, 80, 999, kHalfDtypes, HeadDims{0, 1, {64, 128}}, kFeatureAll, 16, 10,
+     cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
+    {"cuda_generic", "general CUDA fallback: any head_dim <= 256, any strides, F32 too",
+     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureAll, 0, 50,
+     cuda::generic_supports, cuda::generic_workspace_bytes, cuda::generic_forward},
+#endif
+    {"cpu_tiled", "exact CPU online-softmax, K/V tiles streamed, threads over (batch, head, q tile)",
+     FMHA_DEVICE_CPU, 0, 0, kAllDtypes, HeadDims{512, 1, {}}, kFeatureAll, 0, 100, nullptr,
+     cpu::workspace_bytes, cpu::forward},
+};
+
+constexpr int kKernelCount = static_cast<int>(sizeof kKernels / sizeof kKernels[0]);
+
+bool head_dim_ok(const HeadDims& h, int64_t d) {
+  if (h.only[0] != 0) {
+    for (int x : h.only)
+      if (x == d) return true;
+    return false;
+  }
+  return d <= h.max && d % h.multiple == 0;
+}
+
+uint32_t required_features(const Problem& p) {
+  uint32_t f = 0;
+  if (p.causal) f |= kFeatureCausal;
+  if (p.has_window()) f |= kFeatureWindow;
+  if (p.softcap != 0.f) f |= kFeatureSoftcap;
+  if (p.lse != nullptr) f |= kFeatureLse;
+  if (p.heads_q != p.heads_kv) f |= kFeatureGqa;
+  return f;
+}
+
+const char* feature_name(uint32_t bit) {
+  switch (bit) {
+    case kFeatureCausal: return "causal masks";
+    case kFeatureWindow: return "sliding windows";
+    case kFeatureSoftcap: return "softcap";
+    case kFeatureLse: return "lse output";
+    case kFeatureGqa: return "GQA/MQA";
+    default: return "an unknown feature";
+  }
+}
+
+// The alignment reason for one operand, or null.
+const char* misaligned(const char* name, const Operand& op, int64_t elem, int align, char* buf,
+                       size_t len) {
+  if (op.stride[3] != 1) {
+    std::snprintf(buf, len, "needs %s.strides[3]=1, got %" PRId64, name, op.stride[3]);
+    return buf;
+  }
+  if (reinterpret_cast<uintptr_t>(op.data) % align != 0) {
+    std::snprintf(buf, len, "needs %s.data %d-byte aligned", name, align);
+    return buf;
+  }
+  for (int d = 0; d < 3; ++d)
+    if ((op.stride[d] * elem) % align != 0) {
+      std::snprintf(buf, len, "needs %s.strides[%d]*%d bytes to be a multiple of %d, got %" PRId64,
+                    name, d, static_cast<int>(elem), align, op.stride[d]);
+      return buf;
+    }
+  return nullptr;
+}
+
+}  // namespace
+
+int kernel_count() { return kKernelCount; }
+
+const KernelEntry& kernel_at(int index) { return kKernels[index]; }
+
+const KernelEntry* find_kernel(const char* name) {
+  for (const KernelEntry& e : kKernels)
+    if (std::strcmp(e.name, name) == 0) return &e;
+  return nullptr;
+}
+
+const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& dev, char* buf,
+                    size_t len) {
+  if (e.device != dev.kind) return e.device == FMHA_DEVICE_CPU ? "runs on CPU handles" : "runs on CUDA handles";
+  if (e.device == FMHA_DEVICE_CUDA && (dev.sm < e.sm_min || dev.sm > e.sm_max)) {
+    std::snprintf(buf, len, "needs sm_%d..sm_%d, device is sm_%d", e.sm_min, e.sm_max, dev.sm);
+    return buf;
+  }
+  if (!(e.dtypes & dtype_bit(p.dtype))) {
+    std::snprintf(buf, len, "does not run dtype %s", dtype_name(p.dtype));
+    return buf;
+  }
+  if (!head_dim_ok(e.head_dims, p.head_dim)) {
+    std::snprintf(buf, len, "does not run head_dim=%" PRId64, p.head_dim);
+    return buf;
+  }
+  const uint32_t missing = required_features(p) & ~e.features;
+  if (missing) {
+    std::snprintf(buf, len, "does not support %s", feature_name(missing & (~missing + 1)));
+    return buf;
+  }
+  if (e.align_bytes > 0) {
+    const int64_t elem = dtype_size(p.dtype);
+    const struct {
+      const char* name;
+      const Operand* op;
+    } ops[] = {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"o", &p.o}};
+    for (const auto& x : ops)
+      if (const char* r = misaligned(x.name, *x.op, elem, e.align_bytes, buf, len)) return r;
+  }
+  if (e.supports) return e.supports(p, dev);
+  return nullptr;
+}
+
+fmha_status select_kernel(const Problem& p, const DeviceInfo& dev, const KernelEntry** out,
+                          std::string* explain) {
+  char buf[256];
+  *out = nullptr;
+  if (p.forced_kernel != nullptr) {
+    const KernelEntry* e = find_kernel(p.forced_kernel);
+    if (e == nullptr)
+      return fail(FMHA_ERROR_INVALID_ARGUMENT, "kernel=\"%s\" is not a registered kernel",
+                  p.forced_kernel);
+    if (const char* reason = why_not(*e, p, dev, buf, sizeof buf)) {
+      if (explain) *explain += std::string("forced kernel ") + e->name + " cannot run: " + reason + "\n";
+      return fail(FMHA_ERROR_UNSUPPORTED, "kernel=\"%s\" cannot run this problem: %s", e->name, reason);
+    }
+    if (explain) *explain += std::string("chosen: ") + e->name + " (forced by params.kernel)\n";
+    *out = e;
+    return FMHA_SUCCESS;
+  }
+  // Walk in rank order (the table is small; a selection pass each time).
+  bool used[kKernelCount] = {};
+  for (int n = 0; n < kKernelCount; ++n) {
+    int best = -1;
+    for (int i = 0; i < kKernelCount; ++i)
+      if (!used[i] && (best < 0 || kKernels[i].rank < kKernels[best].rank)) best = i;
+    used[best] = true;
+    const KernelEntry& e = kKernels[best];
+    if (e.device != dev.kind) continue;  // other device's kernels are not candidates
+    if (const char* reason = why_not(e, p, dev, buf, sizeof buf)) {
+      if (explain) *explain += std::string("passed over ") + e.name + ": " + reason + "\n";
+      continue;
+    }
+    if (explain) *explain += std::string("chosen: ") + e.name + " (" + e.summary + ")\n";
+    *out = &e;
+    return FMHA_SUCCESS;
+  }
+  if (explain) *explain += "no registered kernel supports this problem\n";
+  return fail(FMHA_ERROR_UNSUPPORTED,
+              "no kernel supports dtype=%s head_dim=%" PRId64 " on this %s device (see fmha_forward_explain)",
+              dtype_name(p.dtype), p.head_dim, dev.kind == FMHA_DEVICE_CUDA ? "CUDA" : "CPU");
+}
+
+}  // namespace fmha

@@ -1,0 +1,76 @@
+// The kernel registry: one table of entries, each declaring what it
+// supports; dispatch takes the best-ranked entry that supports the problem.
+//
+// Adding a kernel family = one row in registry.cpp plus its files. What no
+// row supports is FMHA_ERROR_UNSUPPORTED, never a wrong answer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/device_info.h"
+#include "core/problem.h"
+
+namespace fmha {
+
+constexpr uint32_t dtype_bit(fmha_dtype t) { return 1u << static_cast<int>(t); }
+constexpr uint32_t kAllDtypes =
+    dtype_bit(FMHA_DTYPE_F16) | dtype_bit(FMHA_DTYPE_BF16) | dtype_bit(FMHA_DTYPE_F32);
+constexpr uint32_t kHalfDtypes = dtype_bit(FMHA_DTYPE_F16) | dtype_bit(FMHA_DTYPE_BF16);
+
+// Problem features a kernel must declare to be chosen for them.
+enum Feature : uint32_t {
+  kFeatureCausal = 1u << 0,   // a causal flag (either alignment)
+  kFeatureWindow = 1u << 1,   // sliding window bounds
+  kFeatureSoftcap = 1u << 2,
+  kFeatureLse = 1u << 3,
+  kFeatureGqa = 1u << 4,      // heads_q != heads_kv
+  kFeatureAll = 0x1fu,
+};
+
+// The head dims an entry runs: every multiple of `multiple` up to `max`,
+// or, when `only` has non-zero values, exactly those.
+struct HeadDims {
+  int max = 0;
+  int multiple = 1;
+  int only[6] = {0, 0, 0, 0, 0, 0};
+};
+
+struct KernelEntry {
+  const char* name;             // stable: tests and benchmarks force it
+  const char* summary;          // one line for explain()
+  fmha_device_kind device;
+  int sm_min, sm_max;           // CUDA: compute capability * 10, inclusive
+  uint32_t dtypes;              // dtype_bit() set
+  HeadDims head_dims;
+  uint32_t features;            // Feature set
+  // > 0: every base pointer and every non-dim stride must be a multiple of
+  // this many bytes, and the head_dim stride must be 1.
+  int align_bytes;
+  int rank;                     // lower runs first when several support
+  // Further limits beyond the declared fields; returns null when supported,
+  // else a short reason. May be null.
+  const char* (*supports)(const Problem&, const DeviceInfo&);
+  // Workspace bytes for this problem (null = none).
+  size_t (*workspace_bytes)(const Problem&, const DeviceInfo&);
+  fmha_status (*run)(const Problem&, const LaunchContext&);
+};
+
+int kernel_count();
+const KernelEntry& kernel_at(int index);
+const KernelEntry* find_kernel(const char* name);
+
+// Null when `entry` can run `p` on `dev`; else a short reason written into
+// `reason_buf` or a static string.
+const char* why_not(const KernelEntry& entry, const Problem& p, const DeviceInfo& dev,
+                    char* reason_buf, size_t reason_len);
+
+// The entry to run: the forced one if p.forced_kernel is set (INVALID_ARGUMENT
+// when no kernel has that name, UNSUPPORTED when it cannot run p), else the
+// best-ranked supporting one. When `explain` is non-null it receives the
+// decision in prose.
+fmha_status select_kernel(const Problem& p, const DeviceInfo& dev, const KernelEntry** out,
+                          std::string* explain);
+
+}  // namespace fmha
