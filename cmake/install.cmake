@@ -19,7 +19,7 @@ install(FILES ${PROJECT_BINARY_DIR}/fmhaConfig.cmake ${PROJECT_BINARY_DIR}/fmhaC
 
 # pkg-config: a static libfmha also needs the thread library (and the CUDA
 # runtime, which pkg-config cannot locate; use the CMake package then).
-set(FMHA_PC_LIBS_PRIVATE "-lpthread")
+set(FMHA_PC_LIBS_PRIVATE "-lstdc++ -lpthread -lm")
 if(NOT FMHA_BUILD_SHARED)
   set(FMHA_PC_CFLAGS "-DFMHA_STATIC_DEFINE")
 endif()

@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "core/error.h"
 #if FMHA_WITH_CUDA

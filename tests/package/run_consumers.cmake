@@ -1,0 +1,48 @@
+# Builds and runs tests/package/consumer three ways. Invoked by ctest with
+# FMHA_BINARY_DIR, FMHA_SOURCE_DIR, WORK_DIR, GENERATOR, C/CXX_COMPILER.
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+set(here ${CMAKE_CURRENT_LIST_DIR})
+
+function(step)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "ok: ${ARGN}")
+endfunction()
+
+set(compilers -DCMAKE_C_COMPILER=${C_COMPILER} -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+
+# 1. install into a temporary prefix, then find_package(fmha) from it.
+step(${CMAKE_COMMAND} --install ${FMHA_BINARY_DIR} --prefix ${prefix})
+step(${CMAKE_COMMAND} -S ${here}/consumer -B ${WORK_DIR}/find_package -G ${GENERATOR}
+     ${compilers} -DCMAKE_PREFIX_PATH=${prefix})
+step(${CMAKE_COMMAND} --build ${WORK_DIR}/find_package)
+step(${WORK_DIR}/find_package/consumer)
+
+# 2. pkg-config against the same install.
+find_program(PKG_CONFIG pkg-config)
+if(PKG_CONFIG)
+  file(GLOB pcdir ${prefix}/lib*/pkgconfig)
+  set(ENV{PKG_CONFIG_PATH} ${pcdir})
+  execute_process(COMMAND ${PKG_CONFIG} --cflags --libs fmha OUTPUT_VARIABLE flags
+                  OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config --cflags --libs fmha failed")
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  file(GLOB libdir ${prefix}/lib*)
+  list(GET libdir 0 libdir)
+  step(${C_COMPILER} ${here}/consumer/consumer.c -o ${WORK_DIR}/pkgconfig_consumer ${flags}
+       -Wl,-rpath,${libdir} -lm)
+  step(${WORK_DIR}/pkgconfig_consumer)
+else()
+  message(STATUS "pkg-config not found: pkg-config consumer skipped")
+endif()
+
+# 3. add_subdirectory() of the source tree (CPU-only, as engines vendor it).
+step(${CMAKE_COMMAND} -S ${here}/subdir -B ${WORK_DIR}/subdir -G ${GENERATOR} ${compilers}
+     -DFMHA_SOURCE_DIR=${FMHA_SOURCE_DIR} -DCMAKE_BUILD_TYPE=Release)
+step(${CMAKE_COMMAND} --build ${WORK_DIR}/subdir)
+step(${WORK_DIR}/subdir/consumer)
