@@ -1,0 +1,52 @@
+// The float64 oracle: one attention forward computed naively, straight from
+// the contract in include/fmha/fmha.h, on host tensors.
+//
+// Independent of the library on purpose: it re-derives the mask from the
+// header's prose (no src/ header is included), holds the whole score row,
+// and does every step in double, so an error in the library's shared mask
+// helper or its online softmax cannot hide in the oracle too.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fmha/fmha.h"
+
+namespace fmha_test {
+
+// The visibility rule of the public header for query i of seq_q and key j
+// of seq_k under mask_flags and the windows (-1 = unbounded).
+bool key_visible(int64_t i, int64_t j, int64_t seq_q, int64_t seq_k, uint32_t mask_flags,
+                 int32_t window_left, int32_t window_right);
+
+struct ReferenceResult {
+  int64_t batch = 0, heads_q = 0, seq_q = 0, head_dim = 0;
+  // O, [batch, heads_q, seq_q, head_dim] contiguous.
+  std::vector<double> o;
+  // Natural-log log-sum-exp of the scaled, soft-capped logits of each row,
+  // [batch, heads_q, seq_q] contiguous; -inf for a row that sees no key.
+  std::vector<double> lse;
+  // Keys each row sees (0 = a fully masked row: O = 0, lse = -inf).
+  std::vector<int64_t> visible_keys;
+  // max |logit| over visible (scaled, soft-capped) logits; shows how hard a
+  // case pushes the exponentials.
+  double max_abs_logit = 0.0;
+  // The scale actually used (params.scale, or 1/sqrt(D) when that is 0).
+  double scale = 0.0;
+
+  int64_t rows() const { return batch * heads_q * seq_q; }
+};
+
+// Computes O and lse for params.q, params.k, params.v, which must point at
+// host memory (any strides, any fmha_dtype; elements are read as their exact
+// values). Reads mask_flags, window_left/right, scale and softcap; ignores
+// o, lse, kernel and num_splits. Semantics, all in double:
+//   s_ij = q_i . k_j * scale            (scale 0 -> 1/sqrt(D))
+//   s_ij = softcap * tanh(s_ij / softcap)   when softcap != 0
+//   only keys with key_visible(i, j) take part; query head h reads kv
+//   head h / (Hq / Hk); O_i = sum_j softmax(s_i)_j v_j; lse_i = log sum_j
+//   exp(s_ij); a row with no visible key has O_i = 0 and lse_i = -inf.
+// Throws std::invalid_argument when the shapes disagree.
+ReferenceResult reference_forward(const fmha_forward_params& params);
+
+}  // namespace fmha_test

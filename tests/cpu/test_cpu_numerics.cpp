@@ -1,0 +1,212 @@
+// Numerics of the CPU backend: kernel "cpu_tiled", forced by name and chosen
+// automatically, against the float64 reference over the case matrix of
+// tests/common/attention_case.h (the same matrix the GPU tests run every
+// CUDA kernel over). Every output element is checked, outputs are poisoned
+// before each run, and each case gets its own seeded random data; a failure
+// prints the case, the seed and the worst element.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/numerics.h"
+
+namespace ft = fmha_test;
+
+namespace {
+
+constexpr const char* kKernel = "cpu_tiled";
+
+// A CPU handle for one test; threads = 0 keeps the library's default (one
+// per hardware thread).
+class CpuHandle {
+ public:
+  explicit CpuHandle(int threads = 0) {
+    REQUIRE(fmha_create(&handle_, FMHA_DEVICE_CPU, 0) == FMHA_SUCCESS);
+    if (threads > 0) set_threads(threads);
+  }
+  ~CpuHandle() { fmha_destroy(handle_); }
+  CpuHandle(const CpuHandle&) = delete;
+  CpuHandle& operator=(const CpuHandle&) = delete;
+
+  void set_threads(int n) { REQUIRE(fmha_set_num_threads(handle_, n) == FMHA_SUCCESS); }
+  fmha_handle get() const { return handle_; }
+
+ private:
+  fmha_handle handle_ = nullptr;
+};
+
+// Runs one prepared case with `kernel` (null = automatic) and checks it.
+ft::CaseResult check_run(const CpuHandle& handle, const ft::PreparedCase& pc, const char* kernel,
+                         ft::RunOptions options = {}) {
+  static ft::HostMemory memory;
+  options.kernel = kernel;
+  ft::CaseResult r = pc.run(handle.get(), memory, options);
+  CHECK_MESSAGE(r.ok(), r.report());
+  return r;
+}
+
+// Every case of `cases` with cpu_tiled forced and with the automatic choice.
+// `extra` runs further per-case checks on each result.
+template <class Extra>
+void check_cases(const std::vector<ft::AttentionCase>& cases, Extra&& extra) {
+  CpuHandle handle;
+  for (const ft::AttentionCase& c : cases) {
+    const ft::PreparedCase pc(c);
+    for (const char* kernel : {kKernel, static_cast<const char*>(nullptr)}) {
+      INFO("case ", c.name(), ", kernel ", std::string(kernel ? kernel : "(automatic)"));
+      extra(check_run(handle, pc, kernel));
+    }
+  }
+}
+
+void check_cases(const std::vector<ft::AttentionCase>& cases) {
+  check_cases(cases, [](const ft::CaseResult&) {});
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("cpu_tiled: F32, F16, BF16 x head_dim 16, 32, 64, 80, 96, 128, 256") {
+  check_cases(ft::cases_dtypes_head_dims());
+}
+
+TEST_CASE("cpu_tiled: sequence lengths 1..257, Nq != Nk both ways, both causal alignments") {
+  check_cases(ft::cases_seq_lengths());
+}
+
+TEST_CASE("cpu_tiled: sliding windows (left, right, both, zero-width), with and without causal") {
+  check_cases(ft::cases_windows());
+}
+
+TEST_CASE("cpu_tiled: GQA groups 1, 4, 8 and MQA") { check_cases(ft::cases_gqa()); }
+
+TEST_CASE("cpu_tiled: BNHD, packed QKV and head_dim stride 2") { check_cases(ft::cases_layouts()); }
+
+TEST_CASE("cpu_tiled: rows that see no key give O = 0 exactly and lse = -inf") {
+  check_cases(ft::cases_fully_masked_rows(), [](const ft::CaseResult& r) {
+    // The case must really have such rows, or it tests nothing.
+    CHECK(r.masked_rows > 0);
+    CHECK(r.masked_rows < r.batch * r.heads_q * r.seq_q);
+    CHECK(r.masked_rows_not_zero == 0);
+    CHECK(r.lse_checked);
+    CHECK(r.lse.wrong_masked == 0);
+  });
+}
+
+TEST_CASE("cpu_tiled: logits around 1e4 neither overflow nor lose accuracy") {
+  check_cases(ft::cases_large_logits(), [](const ft::CaseResult& r) {
+    CHECK(r.max_abs_logit > 5e3);
+    CHECK(r.max_abs_logit < 2e4);
+    CHECK(r.o.all_finite());
+  });
+}
+
+TEST_CASE("cpu_tiled: softcap and explicit scale") { check_cases(ft::cases_softcap_scale()); }
+
+TEST_CASE("cpu_tiled: lse matches the reference, and o does not depend on asking for it") {
+  CpuHandle handle;
+  for (fmha_dtype t : {FMHA_DTYPE_F32, FMHA_DTYPE_F16, FMHA_DTYPE_BF16})
+    for (uint32_t mask : {FMHA_MASK_NONE, FMHA_MASK_CAUSAL, FMHA_MASK_CAUSAL_TOP_LEFT}) {
+      ft::AttentionCase c;
+      c.dtype = t;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.seq_q = 100;
+      c.seq_k = 70;
+      c.head_dim = 64;
+      c.mask_flags = mask;
+      c.with_lse = true;
+      const ft::PreparedCase with(c);
+      c.with_lse = false;
+      const ft::PreparedCase without(c);
+      INFO("case ", with.spec().name());
+      ft::RunOptions keep;
+      keep.keep_outputs = true;
+      const ft::CaseResult a = check_run(handle, with, kKernel, keep);
+      const ft::CaseResult b = check_run(handle, without, kKernel, keep);
+      CHECK(a.lse_checked);
+      CHECK(a.lse.count == c.rows());
+      CHECK(a.lse.max_err <= ft::tolerance_for(t).lse_abs);
+      CHECK(!b.lse_checked);
+    }
+}
+
+TEST_CASE("cpu_tiled: 1, 2 and 3 threads give bitwise identical o and lse") {
+  std::vector<ft::AttentionCase> cases;
+  {
+    ft::AttentionCase c;  // several query tiles per head, causal, GQA
+    c.dtype = FMHA_DTYPE_F16;
+    c.batch = 2;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.seq_q = 129;
+    c.seq_k = 257;
+    c.head_dim = 64;
+    c.mask_flags = FMHA_MASK_CAUSAL;
+    cases.push_back(c);
+    c.dtype = FMHA_DTYPE_F32;  // a window, odd head count, head_dim 80
+    c.batch = 1;
+    c.heads_q = 3;
+    c.heads_kv = 1;
+    c.seq_q = c.seq_k = 200;
+    c.head_dim = 80;
+    c.mask_flags = FMHA_MASK_NONE;
+    c.window_left = 31;
+    c.window_right = 9;
+    cases.push_back(c);
+    c.dtype = FMHA_DTYPE_BF16;  // strided layout, rows 0..89 fully masked
+    c.heads_q = c.heads_kv = 2;
+    c.seq_q = 150;
+    c.seq_k = 60;
+    c.head_dim = 32;
+    c.mask_flags = FMHA_MASK_CAUSAL;
+    c.window_left = 20;
+    c.window_right = -1;
+    c.layout = ft::Layout::kStridedHeadDim;
+    cases.push_back(c);
+  }
+  CpuHandle handle;
+  ft::RunOptions keep;
+  keep.keep_outputs = true;
+  for (const ft::AttentionCase& c : cases) {
+    const ft::PreparedCase pc(c);
+    std::vector<unsigned char> o1;
+    std::vector<float> lse1;
+    for (int threads : {1, 2, 3}) {
+      INFO("case ", c.name(), ", threads ", threads);
+      handle.set_threads(threads);
+      const ft::CaseResult r = check_run(handle, pc, kKernel, keep);
+      if (threads == 1) {
+        o1 = r.o_bytes;
+        lse1 = r.lse_values;
+        CHECK(!o1.empty());
+        CHECK(!lse1.empty());
+      } else {
+        CHECK(r.o_bytes == o1);
+        CHECK(same_bits(r.lse_values, lse1));
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu_tiled: a workspace larger than needed changes nothing") {
+  CpuHandle handle;
+  for (const ft::AttentionCase& c : {ft::cases_gqa().at(4), ft::cases_windows().at(7), ft::cases_layouts().at(3)}) {
+    const ft::PreparedCase pc(c);
+    ft::RunOptions exact;
+    exact.keep_outputs = true;
+    ft::RunOptions larger = exact;
+    larger.extra_workspace_bytes = (1u << 20) + 48;
+    INFO("case ", c.name());
+    const ft::CaseResult a = check_run(handle, pc, kKernel, exact);
+    const ft::CaseResult b = check_run(handle, pc, kKernel, larger);
+    CHECK(b.workspace_bytes == a.workspace_bytes);
+    CHECK(b.o_bytes == a.o_bytes);
+    CHECK(same_bits(b.lse_values, a.lse_values));
+  }
+}
