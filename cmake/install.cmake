@@ -23,5 +23,9 @@ set(FMHA_PC_LIBS_PRIVATE "-lstdc++ -lpthread -lm")
 if(NOT FMHA_BUILD_SHARED)
   set(FMHA_PC_CFLAGS "-DFMHA_STATIC_DEFINE")
 endif()
+# Relocatable: prefix is found from the .pc file's own location.
+file(RELATIVE_PATH FMHA_PC_PREFIX_FROM_PCDIR
+  ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+string(REGEX REPLACE "/$" "" FMHA_PC_PREFIX_FROM_PCDIR "${FMHA_PC_PREFIX_FROM_PCDIR}")
 configure_file(cmake/fmha.pc.in ${PROJECT_BINARY_DIR}/fmha.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/fmha.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

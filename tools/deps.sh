@@ -3,7 +3,7 @@
 # missing. Uses sudo when not root. CUDA is optional (nvcc on PATH or in
 # /usr/local/cuda enables the GPU backend).
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config doctest-dev swig python3-dev python3-numpy python3-pytest)
+packages=(cmake ninja-build g++ pkg-config doctest-dev swig python3-dev python3-numpy python3-pytest bindgen)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,518 @@
+"""fmha: exact scaled-dot-product attention forward.
+
+    O = softmax(Q K^T * scale + mask) V
+
+The Pythonic layer over fmha's C API (the raw API is ``fmha.capi``)::
+
+    import numpy as np, fmha
+    q = np.random.randn(1, 32, 256, 128).astype(np.float32)   # [B, Hq, N, D]
+    k = np.random.randn(1, 8, 256, 128).astype(np.float32)    # [B, Hk, N, D]
+    v = np.random.randn(1, 8, 256, 128).astype(np.float32)
+    o, lse = fmha.forward(q, k, v, causal=True, return_lse=True)
+
+Tensors are [batch, heads, seq, head_dim] like torch's
+scaled_dot_product_attention, with any strides (transposed BNHD views and
+slices of a packed QKV buffer work, nothing is copied). numpy arrays run on
+the CPU backend; objects exposing DLPack or ``__cuda_array_interface__``
+(torch, cupy, ...) run where they live, CUDA tensors on the CUDA backend.
+float16, bfloat16 (torch.bfloat16, or ml_dtypes.bfloat16 for numpy) and
+float32 are accepted.
+
+Every failure raises :class:`fmha.Error`, whose ``status`` is a
+:class:`fmha.Status` and whose message is the library's.
+"""
+from __future__ import annotations
+
+import enum
+import math
+import threading
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from . import capi
+from ._arrays import CPU, CUDA, Array, ArrayError, describe, device_of, library_of
+
+__all__ = [
+    "Error", "Status", "Handle", "forward", "explain", "workspace_size", "kernels", "version",
+    "__version__",
+]
+
+
+# ---- errors --------------------------------------------------------------------
+class Status(enum.IntEnum):
+    """fmha_status: the C library's status codes (values are pinned)."""
+
+    SUCCESS = capi.FMHA_SUCCESS
+    ERROR_INVALID_ARGUMENT = capi.FMHA_ERROR_INVALID_ARGUMENT
+    ERROR_UNSUPPORTED = capi.FMHA_ERROR_UNSUPPORTED
+    ERROR_WORKSPACE_TOO_SMALL = capi.FMHA_ERROR_WORKSPACE_TOO_SMALL
+    ERROR_OUT_OF_MEMORY = capi.FMHA_ERROR_OUT_OF_MEMORY
+    ERROR_DEVICE = capi.FMHA_ERROR_DEVICE
+    ERROR_NOT_AVAILABLE = capi.FMHA_ERROR_NOT_AVAILABLE
+    ERROR_INTERNAL = capi.FMHA_ERROR_INTERNAL
+
+
+class Error(RuntimeError):
+    """A failed fmha call.
+
+    Attributes:
+        status: the :class:`Status` (an int when the library returned a value
+            this module does not know).
+        message: the library's detail naming the field and value at fault
+            (fmha_last_error_message()), or the Python layer's own for
+            arguments it rejects before calling the library.
+    """
+
+    def __init__(self, status: int, message: str):
+        try:
+            status = Status(status)
+        except ValueError:
+            pass
+        self.status: Union[Status, int] = status
+        self.message: str = message
+        text = capi.fmha_status_string(int(status))
+        super().__init__(f"{text}: {message}" if message else text)
+
+
+def _check(status: int) -> None:
+    if status != capi.FMHA_SUCCESS:
+        raise Error(status, capi.fmha_last_error_message())
+
+
+def _invalid(message: str) -> Error:
+    return Error(Status.ERROR_INVALID_ARGUMENT, message)
+
+
+# ---- version and introspection -------------------------------------------------
+def version() -> Tuple[int, int, int]:
+    """(major, minor, patch) of the libfmha actually loaded."""
+    v = capi.fmha_version()
+    return v // 10000, v // 100 % 100, v % 100
+
+
+__version__: str = "%d.%d.%d" % version()
+
+
+def kernels() -> List[str]:
+    """Names of the kernels registered in this build (CPU and, when built, CUDA)."""
+    return [capi.fmha_kernel_name(i) for i in range(capi.fmha_kernel_count())]
+
+
+# ---- handles -------------------------------------------------------------------
+class Handle:
+    """An fmha handle for one device (fmha_create / fmha_destroy).
+
+    ``forward()`` keeps one handle per (device, thread) by itself; create one
+    explicitly to choose the CPU thread count, or to pass ``handle=``. A
+    handle may be used by one thread at a time.
+
+    Args:
+        device: "cpu" or "cuda".
+        ordinal: the CUDA device ordinal (0 for the CPU).
+        num_threads: CPU worker threads; None or 0 = one per hardware thread.
+    """
+
+    def __init__(self, device: str = CPU, ordinal: int = 0, *, num_threads: Optional[int] = None):
+        kinds = {CPU: capi.FMHA_DEVICE_CPU, CUDA: capi.FMHA_DEVICE_CUDA}
+        if device not in kinds:
+            raise _invalid(f"device={device!r} must be 'cpu' or 'cuda'")
+        self.device: str = device
+        self.ordinal: int = int(ordinal)
+        self._raw = None
+        status, raw = capi.fmha_create(kinds[device], self.ordinal)
+        _check(status)
+        self._raw = raw
+        self._stream: Optional[int] = None
+        if num_threads:
+            self.set_num_threads(num_threads)
+
+    def set_num_threads(self, num_threads: int) -> None:
+        """CPU worker threads for later forwards; 0 = one per hardware thread."""
+        _check(capi.fmha_set_num_threads(self._handle(), int(num_threads)))
+
+    def set_stream(self, stream: Optional[int]) -> None:
+        """The cudaStream_t (as an int; None/0 = legacy default) later forwards use."""
+        stream = int(stream or 0)
+        if stream != self._stream:
+            _check(capi.fmha_set_stream(self._handle(), stream or None))
+            self._stream = stream
+
+    def close(self) -> None:
+        """Releases the handle now (also done when it is garbage collected)."""
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            capi.fmha_destroy(raw)
+
+    def _handle(self):
+        if self._raw is None:
+            raise _invalid("the handle is closed")
+        return self._raw
+
+    def __enter__(self) -> "Handle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        # capi may already be torn down at interpreter exit.
+        if getattr(self, "_raw", None) is not None and capi is not None:
+            self.close()
+
+    def __repr__(self) -> str:
+        where = self.device if self.device == CPU else f"{self.device}:{self.ordinal}"
+        return f"<fmha.Handle {where}{'' if self._raw is not None else ' closed'}>"
+
+
+_local = threading.local()
+
+
+def _cached_handle(device: str, ordinal: int) -> Handle:
+    cache: Dict[Tuple[str, int], Handle] = getattr(_local, "handles", None)
+    if cache is None:
+        cache = _local.handles = {}
+    h = cache.get((device, ordinal))
+    if h is None:
+        h = cache[(device, ordinal)] = Handle(device, ordinal)
+    return h
+
+
+# ---- allocation through the producer's library ---------------------------------
+def _stream_int(stream: Any) -> int:
+    """A cudaStream_t from an int or a torch/cupy stream object."""
+    for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    return int(stream)
+
+
+def _default_stream(q: Any, library: Optional[str], ordinal: int) -> Optional[int]:
+    """The stream a CUDA forward is ordered on when the caller names none:
+    the producer library's current stream, else its __cuda_array_interface__
+    stream, else None (the legacy default stream)."""
+    if library == "torch":
+        import torch
+        return int(torch.cuda.current_stream(ordinal).cuda_stream)
+    if library == "cupy":
+        import cupy
+        with cupy.cuda.Device(ordinal):
+            return int(cupy.cuda.get_current_stream().ptr)
+    iface = getattr(q, "__cuda_array_interface__", None) if not hasattr(q, "__dlpack__") else None
+    if isinstance(iface, dict) and iface.get("stream"):
+        return int(iface["stream"])
+    return None
+
+
+class _Allocator:
+    """Allocates like the tensor `like` (numpy, torch or cupy), on its device."""
+
+    def __init__(self, like: Array, stream: Optional[int], ordinal: int):
+        self.like = like
+        self.stream = stream
+        self.ordinal = ordinal
+
+    def empty(self, shape, what: str, float32: bool = False):
+        lib = self.like.library
+        obj = self.like.obj
+        if lib == "numpy":
+            import numpy as np
+            return np.empty(shape, dtype=np.float32 if float32 else obj.dtype)
+        if lib == "torch":
+            import torch
+            t = torch.empty(shape, dtype=torch.float32 if float32 else obj.dtype, device=obj.device)
+            self._record_torch_stream(t)
+            return t
+        if lib == "cupy":
+            import cupy
+            with cupy.cuda.Device(self.ordinal):
+                return cupy.empty(shape, dtype=cupy.float32 if float32 else obj.dtype)
+        raise _invalid(f"cannot allocate {what} like a {type(obj).__module__}.{type(obj).__name__} "
+                       f"(fmha allocates with numpy, torch or cupy); pass {what}= yourself")
+
+    def workspace(self, nbytes: int) -> Tuple[Any, int]:
+        """A buffer of nbytes, 16-byte aligned: (owner, address)."""
+        lib = self.like.library
+        if self.like.device == CPU:
+            import numpy as np
+            buf = np.empty(nbytes + 16, dtype=np.uint8)
+            addr = buf.__array_interface__["data"][0]
+            return buf, addr + (-addr) % 16
+        if lib == "torch":
+            import torch
+            t = torch.empty(nbytes, dtype=torch.uint8, device=self.like.obj.device)
+            self._record_torch_stream(t)
+            return t, t.data_ptr()
+        if lib == "cupy":
+            import cupy
+            with cupy.cuda.Device(self.ordinal):
+                buf = cupy.empty(nbytes, dtype=cupy.uint8)
+            return buf, buf.data.ptr
+        raise _invalid(f"a workspace of {nbytes} bytes is needed and fmha cannot allocate CUDA "
+                       f"memory for {type(self.like.obj).__name__}; pass workspace=")
+
+    def _record_torch_stream(self, t) -> None:
+        # The caching allocator must not hand the block to another stream
+        # while our kernel may still use it on self.stream.
+        if t.is_cuda and self.stream:
+            import torch
+            if self.stream != torch.cuda.current_stream(t.device).cuda_stream:
+                t.record_stream(torch.cuda.ExternalStream(self.stream, device=t.device))
+
+
+# ---- the call ------------------------------------------------------------------
+def _tensor(a: Array, what: str):
+    if len(a.shape) != 4:
+        raise _invalid(f"{what} has shape {a.shape}; expected 4 dims [batch, heads, seq, head_dim]")
+    if a.dtype is None:
+        raise _invalid(f"{what}.dtype={a.dtype_name} is not float16, bfloat16 or float32")
+    t = capi.fmha_tensor()
+    t.data = a.ptr or None
+    t.dtype = a.dtype
+    t.dims = a.shape
+    t.strides = a.strides
+    return t
+
+
+class _Call:
+    """One prepared forward: arrays read, outputs allocated, params filled."""
+
+    def __init__(self, q, k, v, *, causal, causal_alignment, window, scale, softcap,
+                 return_lse, out, out_lse, kernel, num_splits, stream, handle):
+        try:
+            device, ordinal = device_of(q, "q")
+            if handle is not None:
+                ordinal = handle.ordinal if handle.device == CUDA else 0
+            ordinal = ordinal or 0
+            if device == CUDA:
+                lib = library_of(q)
+                self.stream = (_stream_int(stream) if stream is not None
+                               else _default_stream(q, lib, ordinal))
+            else:
+                if stream is not None:
+                    raise _invalid("stream= is only for CUDA tensors")
+                self.stream = None
+            arrays = {"q": describe(q, "q", self.stream), "k": describe(k, "k", self.stream),
+                      "v": describe(v, "v", self.stream)}
+            if out is not None:
+                arrays["out"] = describe(out, "out", self.stream)
+            if out_lse is not None:
+                arrays["out_lse"] = describe(out_lse, "out_lse", self.stream)
+        except ArrayError as e:
+            raise _invalid(str(e)) from None
+
+        def where(d, o):
+            return d if d == CPU else f"{d}:{o}"
+        for name, a in arrays.items():
+            if a.device != device or (device == CUDA and a.ordinal not in (None, ordinal)):
+                raise _invalid(f"{name} is on {where(a.device, a.ordinal)} but the call runs on "
+                               f"{where(device, ordinal)}")
+        if handle is not None and handle.device != device:
+            raise _invalid(f"handle is for {handle.device} but the tensors are on {device}")
+        self.device, self.ordinal = device, ordinal
+        self.handle = handle if handle is not None else _cached_handle(device, ordinal)
+        self.arrays = arrays  # keeps DLPack capsules alive until the call returns
+        qa = arrays["q"]
+        alloc = _Allocator(qa, self.stream, ordinal)
+        self.alloc = alloc
+
+        p = capi.fmha_forward_params()
+        if causal:
+            if causal_alignment == "bottom_right":
+                p.mask_flags = capi.FMHA_MASK_CAUSAL
+            elif causal_alignment == "top_left":
+                p.mask_flags = capi.FMHA_MASK_CAUSAL_TOP_LEFT
+            else:
+                raise _invalid(f"causal_alignment={causal_alignment!r} must be 'bottom_right' "
+                               "or 'top_left'")
+        try:
+            left, right = window
+        except (TypeError, ValueError):
+            raise _invalid(f"window={window!r} must be a pair (left, right); -1 = unbounded") from None
+        p.window_left, p.window_right = _int32(left, "window[0]"), _int32(right, "window[1]")
+        if scale is not None and (not math.isfinite(scale) or scale <= 0):
+            raise _invalid(f"scale={scale!r} must be finite and > 0 (None = 1/sqrt(head_dim))")
+        p.scale = 0.0 if scale is None else float(scale)
+        p.softcap = float(softcap)
+        p.num_splits = _int32(num_splits, "num_splits")
+        if kernel is not None:
+            p.kernel = str(kernel)
+        p.q = _tensor(qa, "q")
+        p.k = _tensor(arrays["k"], "k")
+        p.v = _tensor(arrays["v"], "v")
+
+        # Outputs: the caller's, else allocated like q.
+        if out is None:
+            self.out = alloc.empty(qa.shape, "out")
+            arrays["out"] = describe(self.out, "out", self.stream)
+        else:
+            self.out = out
+            if arrays["out"].readonly:
+                raise _invalid("out is read-only")
+        p.o = _tensor(arrays["out"], "out")
+        self.lse = None
+        if return_lse or out_lse is not None:
+            rows = tuple(qa.shape[:3])
+            if out_lse is None:
+                self.lse = alloc.empty(rows, "out_lse", float32=True)
+                arrays["out_lse"] = describe(self.lse, "out_lse", self.stream)
+            else:
+                self.lse = out_lse
+                la = arrays["out_lse"]
+                if la.dtype != capi.FMHA_DTYPE_F32 or la.shape != rows or not la.is_contiguous():
+                    raise _invalid(f"out_lse must be a contiguous float32 array of shape {rows} "
+                                   f"(got {la.dtype_name} {la.shape})")
+                if la.readonly:
+                    raise _invalid("out_lse is read-only")
+            p.lse = arrays["out_lse"].ptr
+        self.params = p
+        self.return_lse = return_lse or out_lse is not None
+
+    def workspace_size(self) -> int:
+        h = self.handle
+        if self.device == CUDA:
+            h.set_stream(self.stream)
+        status, need = capi.fmha_forward_workspace_size(h._handle(), self.params)
+        _check(status)
+        return need
+
+    def run(self, workspace) -> Any:
+        h = self.handle
+        need = self.workspace_size()
+        ws_keep, ws_ptr, ws_bytes = None, None, 0
+        if workspace is not None:
+            try:
+                wa = describe(workspace, "workspace", self.stream)
+            except ArrayError as e:
+                raise _invalid(str(e)) from None
+            if not wa.is_contiguous():
+                raise _invalid("workspace must be contiguous")
+            ws_keep, ws_ptr, ws_bytes = wa, wa.ptr, wa.nbytes
+        elif need > 0:
+            ws_keep, ws_ptr = self.alloc.workspace(need)
+            ws_bytes = need
+        _check(capi.fmha_forward(h._handle(), self.params, ws_ptr, ws_bytes))
+        del ws_keep
+        return (self.out, self.lse) if self.return_lse else self.out
+
+    def explain(self) -> str:
+        h = self.handle
+        if self.device == CUDA:
+            h.set_stream(self.stream)
+        status, text = capi.fmha_forward_explain(h._handle(), self.params, 1 << 16)
+        if status not in (capi.FMHA_SUCCESS, capi.FMHA_ERROR_UNSUPPORTED):
+            _check(status)
+        return text
+
+
+def _int32(value, what: str) -> int:
+    try:
+        value = int(value)
+    except (TypeError, ValueError):
+        raise _invalid(f"{what}={value!r} must be an int") from None
+    if not -(2**31) <= value < 2**31:
+        raise _invalid(f"{what}={value} does not fit in int32")
+    return value
+
+
+TensorLike = Any
+"""numpy.ndarray, or any object with DLPack or __cuda_array_interface__."""
+
+
+def forward(q: TensorLike, k: TensorLike, v: TensorLike, *,
+            causal: bool = False,
+            causal_alignment: str = "bottom_right",
+            window: Tuple[int, int] = (-1, -1),
+            scale: Optional[float] = None,
+            softcap: float = 0.0,
+            return_lse: bool = False,
+            out: Optional[TensorLike] = None,
+            kernel: Optional[str] = None,
+            out_lse: Optional[TensorLike] = None,
+            workspace: Optional[TensorLike] = None,
+            stream: Any = None,
+            num_splits: int = 0,
+            handle: Optional[Handle] = None) -> Any:
+    """O = softmax(Q K^T * scale + mask) V, exactly.
+
+    Args:
+        q: [B, Hq, Nq, D]. k, v: [B, Hk, Nk, D] with Hq % Hk == 0 (GQA/MQA:
+            query head h reads kv head h // (Hq // Hk)). One dtype (float16,
+            bfloat16, float32) and one device for all; any strides.
+        causal: mask keys after the diagonal.
+        causal_alignment: "bottom_right" (query i's diagonal is key
+            i + Nk - Nq; FlashAttention >= 2.1) or "top_left" (key i, like
+            torch's is_causal).
+        window: (left, right) sliding window around the diagonal; -1 =
+            unbounded. With causal, right must be -1 or 0.
+        scale: logit scale; None = 1/sqrt(D).
+        softcap: 0 = off; else logits s -> softcap * tanh(s / softcap).
+        return_lse: also return the [B, Hq, Nq] float32 natural-log
+            log-sum-exp of each row's logits (-inf for a row seeing no key).
+        out: where to write O ([B, Hq, Nq, D], q's dtype and device, any
+            non-overlapping strides); allocated like q when None.
+        kernel: force a registered kernel by name (see kernels()).
+        out_lse: where to write the lse (contiguous float32 [B, Hq, Nq]);
+            implies return_lse.
+        workspace: device memory of at least the needed size (16-byte
+            aligned, contiguous); allocated like q when None and needed.
+        stream: CUDA stream (int or torch/cupy stream) to run on; default:
+            the current stream of q's library (torch, cupy), else the
+            __cuda_array_interface__ stream of q, else the legacy default.
+            The call is asynchronous on CUDA.
+        num_splits: split of the key dimension on CUDA (0 = automatic).
+        handle: a Handle to use instead of the per-thread cached one.
+
+    Returns:
+        out, or (out, lse) when return_lse (or out_lse) is given. They are
+        numpy arrays for numpy input, else tensors of q's library.
+
+    Raises:
+        Error: with .status ERROR_INVALID_ARGUMENT for bad shapes, dtypes,
+            strides or options, ERROR_UNSUPPORTED when no kernel runs the
+            problem, and the library's other statuses. Nothing is written
+            on error.
+    """
+    call = _Call(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
+                 scale=scale, softcap=softcap, return_lse=return_lse, out=out, out_lse=out_lse,
+                 kernel=kernel, num_splits=num_splits, stream=stream, handle=handle)
+    return call.run(workspace)
+
+
+def explain(q: TensorLike, k: TensorLike, v: TensorLike, *,
+            causal: bool = False,
+            causal_alignment: str = "bottom_right",
+            window: Tuple[int, int] = (-1, -1),
+            scale: Optional[float] = None,
+            softcap: float = 0.0,
+            return_lse: bool = False,
+            out: Optional[TensorLike] = None,
+            kernel: Optional[str] = None,
+            num_splits: int = 0,
+            handle: Optional[Handle] = None) -> str:
+    """Which kernel forward() would run with these arguments, and why each
+    better-ranked kernel was passed over (fmha_forward_explain). Computes
+    nothing. Returns the text also when no kernel supports the problem (it
+    says why); raises Error for invalid arguments."""
+    call = _Call(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
+                 scale=scale, softcap=softcap, return_lse=return_lse, out=out, out_lse=None,
+                 kernel=kernel, num_splits=num_splits, stream=None, handle=handle)
+    return call.explain()
+
+
+def workspace_size(q: TensorLike, k: TensorLike, v: TensorLike, *,
+                   causal: bool = False,
+                   causal_alignment: str = "bottom_right",
+                   window: Tuple[int, int] = (-1, -1),
+                   scale: Optional[float] = None,
+                   softcap: float = 0.0,
+                   return_lse: bool = False,
+                   out: Optional[TensorLike] = None,
+                   kernel: Optional[str] = None,
+                   num_splits: int = 0,
+                   handle: Optional[Handle] = None) -> int:
+    """Bytes of workspace forward() needs with these arguments (may be 0),
+    for callers that pass workspace= themselves (e.g. under CUDA graph
+    capture). Validates exactly as forward() does."""
+    call = _Call(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
+                 scale=scale, softcap=softcap, return_lse=return_lse, out=out, out_lse=None,
+                 kernel=kernel, num_splits=num_splits, stream=None, handle=handle)
+    return call.workspace_size()

@@ -1,0 +1,60 @@
+# The per-language examples (included from examples/CMakeLists.txt): one
+# decoder layer's attention call (GQA 32/8, causal, lse) on the CPU backend,
+# in C, C++, Python (SWIG binding), Python (ctypes) and Rust. ctest runs each
+# so none of them rots.
+set(FMHA_EXAMPLES_DIR ${CMAKE_CURRENT_LIST_DIR})
+
+add_executable(decoder_layer_c ${FMHA_EXAMPLES_DIR}/c/decoder_layer.c)
+target_link_libraries(decoder_layer_c PRIVATE fmha::fmha)
+set_target_properties(decoder_layer_c PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON)
+if(NOT MSVC)
+  target_link_libraries(decoder_layer_c PRIVATE m)
+endif()
+
+add_executable(decoder_layer_cpp ${FMHA_EXAMPLES_DIR}/cpp/decoder_layer.cpp)
+target_link_libraries(decoder_layer_cpp PRIVATE fmha::fmha)
+
+if(NOT FMHA_BUILD_TESTS)
+  return()
+endif()
+
+add_test(NAME example_decoder_layer_c COMMAND decoder_layer_c 256)
+add_test(NAME example_decoder_layer_cpp COMMAND decoder_layer_cpp 256)
+set_tests_properties(example_decoder_layer_c example_decoder_layer_cpp PROPERTIES LABELS "cpu;example")
+
+# Python (SWIG): needs the binding built (bindings/python) and numpy.
+get_property(fmha_python GLOBAL PROPERTY FMHA_PYTHON_EXECUTABLE)
+get_property(fmha_python_dir GLOBAL PROPERTY FMHA_PYTHON_BUILD_DIR)
+if(fmha_python)
+  add_test(NAME example_decoder_layer_python
+           COMMAND ${fmha_python} ${FMHA_EXAMPLES_DIR}/python/decoder_layer.py 256)
+  set_tests_properties(example_decoder_layer_python PROPERTIES LABELS "cpu;example;python"
+    ENVIRONMENT "PYTHONPATH=${fmha_python_dir};PYTHONDONTWRITEBYTECODE=1")
+endif()
+
+# Python (ctypes): any Python 3 and the shared library, nothing built.
+if(FMHA_BUILD_SHARED)
+  if(NOT fmha_python)
+    find_package(Python3 COMPONENTS Interpreter QUIET)
+    set(fmha_python ${Python3_EXECUTABLE})
+  endif()
+  if(fmha_python)
+    add_test(NAME example_ctypes_forward
+             COMMAND ${fmha_python} ${FMHA_EXAMPLES_DIR}/python/ctypes_forward.py 256)
+    set_tests_properties(example_ctypes_forward PROPERTIES LABELS "cpu;example;python"
+      ENVIRONMENT "FMHA_LIBRARY=$<TARGET_FILE:fmha>;PYTHONDONTWRITEBYTECODE=1")
+  endif()
+endif()
+
+# Rust: a cargo package using bindings/rust (needs cargo; see bindings/rust).
+get_property(fmha_cargo GLOBAL PROPERTY FMHA_CARGO_EXECUTABLE)
+get_property(fmha_cargo_env GLOBAL PROPERTY FMHA_CARGO_TEST_ENV)
+get_property(fmha_cargo_env_mod GLOBAL PROPERTY FMHA_CARGO_TEST_ENV_MOD)
+if(fmha_cargo)
+  add_test(NAME example_decoder_layer_rust
+           COMMAND ${fmha_cargo} run --offline --quiet
+                   --manifest-path ${FMHA_EXAMPLES_DIR}/rust/Cargo.toml -- 256)
+  set_tests_properties(example_decoder_layer_rust PROPERTIES LABELS "cpu;example;rust"
+    ENVIRONMENT "${fmha_cargo_env}" ENVIRONMENT_MODIFICATION "${fmha_cargo_env_mod}"
+    RESOURCE_LOCK cargo_target_dir TIMEOUT 900)
+endif()

@@ -1,0 +1,155 @@
+"""ctypes_forward.py: fmha from Python with ctypes alone (no build step, no
+SWIG, no numpy).
+
+One decoder layer's attention on the CPU backend: Llama-style GQA (32 query
+heads, 8 KV heads, head_dim 128), causal, float32, log-sum-exp returned. Q, K
+and V are strided views into one fused QKV buffer [B, N, Hq + 2*Hk, D].
+
+    FMHA_LIBRARY=/path/to/libfmha.so.0 python3 examples/python/ctypes_forward.py [N]
+
+Without FMHA_LIBRARY the library is looked up like any shared library
+(ctypes.util.find_library, then the loader's path). The structs below mirror
+include/fmha/fmha.h field by field; fmha_forward_params_init() writing
+struct_size == sizeof is checked, which catches a mismatch in their layout.
+"""
+import ctypes
+import ctypes.util
+import math
+import os
+import random
+import sys
+
+c_int32, c_int64, c_uint32, c_float = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint32, ctypes.c_float
+
+# ---- the C API, declared -------------------------------------------------------
+FMHA_SUCCESS = 0
+FMHA_DTYPE_F32 = 3
+FMHA_DEVICE_CPU = 0
+FMHA_MASK_CAUSAL = 1
+
+
+class Tensor(ctypes.Structure):  # fmha_tensor
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int),
+                ("dims", c_int64 * 4), ("strides", c_int64 * 4)]
+
+
+class ForwardParams(ctypes.Structure):  # fmha_forward_params (0.1)
+    _fields_ = [("struct_size", c_uint32), ("mask_flags", c_uint32),
+                ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
+                ("lse", ctypes.POINTER(c_float)),
+                ("scale", c_float), ("softcap", c_float),
+                ("window_left", c_int32), ("window_right", c_int32),
+                ("kernel", ctypes.c_char_p), ("num_splits", c_int32), ("reserved_", c_int32)]
+
+
+def load_library():
+    path = os.environ.get("FMHA_LIBRARY") or ctypes.util.find_library("fmha") or "libfmha.so.0"
+    lib = ctypes.CDLL(path)
+    handle_p = ctypes.POINTER(ctypes.c_void_p)
+    params_p = ctypes.POINTER(ForwardParams)
+    signatures = {
+        "fmha_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+        "fmha_last_error_message": (ctypes.c_char_p, []),
+        "fmha_version": (c_uint32, []),
+        "fmha_forward_params_init": (None, [params_p]),
+        "fmha_create": (ctypes.c_int, [handle_p, ctypes.c_int, ctypes.c_int]),
+        "fmha_destroy": (None, [ctypes.c_void_p]),
+        "fmha_forward_workspace_size": (ctypes.c_int, [ctypes.c_void_p, params_p,
+                                                       ctypes.POINTER(ctypes.c_size_t)]),
+        "fmha_forward": (ctypes.c_int, [ctypes.c_void_p, params_p, ctypes.c_void_p,
+                                        ctypes.c_size_t]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib
+
+
+class FmhaError(RuntimeError):
+    pass
+
+
+def check(lib, status, what):
+    if status != FMHA_SUCCESS:
+        raise FmhaError(f"{what}: {lib.fmha_status_string(status).decode()} "
+                        f"({lib.fmha_last_error_message().decode()})")
+
+
+# ---- the decoder layer -----------------------------------------------------------
+B, HQ, HK, D = 1, 32, 8, 128
+HEADS = HQ + 2 * HK  # heads in one row of the fused projection
+
+
+def fused_view(buf, first_head, heads, n, row_heads):
+    """[B, heads, n, D] view of a [B, n, row_heads, D] float32 buffer."""
+    t = Tensor()
+    t.data = ctypes.addressof(buf) + first_head * D * ctypes.sizeof(c_float)
+    t.dtype = FMHA_DTYPE_F32
+    t.dims[:] = [B, heads, n, D]
+    t.strides[:] = [n * row_heads * D, D, row_heads * D, 1]
+    return t
+
+
+def reference_row(qkv, n, h, i):
+    """float64 (o row, lse) of query i, head h: causal, keys 0..i."""
+    kv = h // (HQ // HK)
+
+    def vec(head, token):
+        base = (token * HEADS + head) * D
+        return qkv[base:base + D]
+
+    q = vec(h, i)
+    s = [sum(a * b for a, b in zip(q, vec(HQ + kv, j))) / math.sqrt(D) for j in range(i + 1)]
+    m = max(s)
+    w = [math.exp(x - m) for x in s]
+    total = sum(w)
+    o = [sum(w[j] * vec(HQ + HK + kv, j)[d] for j in range(i + 1)) / total for d in range(D)]
+    return o, m + math.log(total)
+
+
+def main(n):
+    lib = load_library()
+    rng = random.Random(7)
+    qkv = (c_float * (B * n * HEADS * D))(*(rng.uniform(-1, 1) for _ in range(B * n * HEADS * D)))
+    out = (c_float * (B * n * HQ * D))()
+    lse = (c_float * (B * HQ * n))()
+
+    params = ForwardParams()
+    lib.fmha_forward_params_init(ctypes.byref(params))
+    if params.struct_size != ctypes.sizeof(ForwardParams):
+        raise FmhaError(f"struct layout mismatch: library says {params.struct_size} bytes, "
+                        f"this file declares {ctypes.sizeof(ForwardParams)}")
+    params.q = fused_view(qkv, 0, HQ, n, HEADS)
+    params.k = fused_view(qkv, HQ, HK, n, HEADS)
+    params.v = fused_view(qkv, HQ + HK, HK, n, HEADS)
+    params.o = fused_view(out, 0, HQ, n, HQ)  # [B, N, Hq, D]
+    params.mask_flags = FMHA_MASK_CAUSAL
+    params.lse = lse
+
+    handle = ctypes.c_void_p()
+    check(lib, lib.fmha_create(ctypes.byref(handle), FMHA_DEVICE_CPU, 0), "fmha_create")
+    try:
+        need = ctypes.c_size_t()
+        check(lib, lib.fmha_forward_workspace_size(handle, ctypes.byref(params), ctypes.byref(need)),
+              "fmha_forward_workspace_size")
+        # 16-byte aligned: over-allocate and round the address up.
+        raw = ctypes.create_string_buffer(need.value + 16)
+        workspace = ctypes.addressof(raw) + (-ctypes.addressof(raw)) % 16
+        check(lib, lib.fmha_forward(handle, ctypes.byref(params), workspace, need.value),
+              "fmha_forward")
+    finally:
+        lib.fmha_destroy(handle)
+
+    worst = 0.0
+    for h, i in [(0, 0), (5, n // 2), (31, n - 1)]:
+        ref_o, ref_lse = reference_row(qkv, n, h, i)
+        got = out[(i * HQ + h) * D:(i * HQ + h + 1) * D]
+        worst = max(worst, max(abs(a - b) for a, b in zip(got, ref_o)), abs(lse[h * n + i] - ref_lse))
+    v = lib.fmha_version()
+    print(f"libfmha {v // 10000}.{v // 100 % 100}.{v % 100} via ctypes: B={B} Hq={HQ} Hk={HK} "
+          f"N={n} D={D} causal float32, max error vs float64 = {worst:.2e}")
+    return 0 if worst < 1e-4 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 256))
