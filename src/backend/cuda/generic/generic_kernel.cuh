@@ -1,0 +1,431 @@
+// The general CUDA fallback: exact FlashAttention-style forward on CUDA
+// cores, for every dtype, head dim <= 256, any strides and no alignment.
+//
+// One CTA takes one work item = (batch * head, block of query rows, split of
+// the key range). Its threads stage each K/V tile once, converted to float,
+// in shared memory, so every K/V element is read from global memory once per
+// CTA; each warp then scores its own query rows against the tile and folds
+// the tile into its running (m, l, o) state, kept in registers, with the
+// online softmax of the seed's section 4. Scores, m and lse stay in natural
+// units (the queries are pre-scaled by `scale` alone) and only the
+// difference s - m, exact when it is small, is multiplied by log2(e) for
+// exp2f: folding log2(e) into the scale instead would round every logit,
+// an absolute error of ~|s| 2^-24 that large logits (|s| ~ 1e4) turn into a
+// visible error in the probabilities.
+//
+// With splits > 1 each CTA writes its unnormalized o, row max m and row sum
+// l to the workspace and generic_combine_kernel merges the splits with the
+// same equations.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/generic/generic_config.h"
+#include "core/error.h"
+#include "core/mask.h"
+
+namespace fmha::cuda::generic {
+
+constexpr float kLog2e = 1.4426950408889634f;  // log2(e): exp(x) = exp2(x * kLog2e)
+
+template <typename T>
+__device__ __forceinline__ float to_float(T x);
+template <>
+__device__ __forceinline__ float to_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+// The keys [lo, hi) query row i sees within the CTA's key range [ks, ke);
+// empty (lo >= hi) for rows past seq_q.
+__device__ __forceinline__ KeyRange row_keys(const GenericParams& p, int64_t i, int64_t ks, int64_t ke) {
+  if (i >= p.seq_q) return {0, 0};
+  KeyRange r = key_range(i, p.seq_k, p.diag_offset, p.window_left, p.window_right);
+  r.lo = r.lo > ks ? r.lo : ks;
+  r.hi = r.hi < ke ? r.hi : ke;
+  return r;
+}
+
+template <typename T, int kD, int kRows, int kKeys, int kWarps>
+__global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
+    generic_attention_kernel(const GenericParams p) {
+  constexpr int kThreads = kWarps * kThreadsPerWarp;
+  constexpr int kBlockM = kRows * kWarps;        // query rows per CTA
+  constexpr int kBlockN = kKeys * kThreadsPerWarp;  // keys per tile
+  constexpr int kD4 = kD / 4;                    // float4 slots of a head
+  constexpr int kC = kD / kThreadsPerWarp;       // output dims per lane
+  constexpr int kKStride = kBlockN + 1;          // float4s per K row (1 pad)
+  constexpr int kStageElems = kBlockN * kD;
+  constexpr int kStageBatch = 8;                 // loads in flight per thread
+  static_assert(kD % kThreadsPerWarp == 0 && (kD & (kD - 1)) == 0, "head-dim bucket: power of 2, >= 32");
+  static_assert(kStageElems % (kThreads * kStageBatch) == 0, "staging loop must tile evenly");
+  static_assert(kBlockN % 4 == 0, "P.V reads probabilities as float4");
+
+  // Layout: see smem_bytes() in generic_config.h. Q rows and V rows are
+  // read by a warp as broadcast float4 (Q) or 32 consecutive floats (V);
+  // K is stored transposed in float4 slots so lane j reads key j's 4 dims
+  // with one conflict-free 16-byte load.
+  extern __shared__ float4 smem[];
+  float* q_s = reinterpret_cast<float*>(smem);                   // [kBlockM][kD]
+  float4* k_s = smem + kBlockM * kD4;                            // [kD4][kKStride]
+  float* v_s = reinterpret_cast<float*>(k_s + kD4 * kKStride);   // [kBlockN][kD]
+  float* p_s = v_s + kBlockN * kD;                               // [kWarps][kRows][kBlockN]
+
+  const int tid = threadIdx.x;
+  const int warp = tid / kThreadsPerWarp;
+  const int lane = tid % kThreadsPerWarp;
+  const int D = p.head_dim;
+  const int nd4 = (D + 3) / 4;                   // Q.K^T runs over these slots
+  const int nc = (D + kThreadsPerWarp - 1) / kThreadsPerWarp;  // P.V dim groups
+  const int64_t bh_count = p.batch * p.heads_q;
+
+  const T* __restrict__ qg = static_cast<const T*>(p.q);
+  const T* __restrict__ kg = static_cast<const T*>(p.k);
+  const T* __restrict__ vg = static_cast<const T*>(p.v);
+  T* __restrict__ og = static_cast<T*>(p.o);
+
+  for (int64_t w = blockIdx.x; w < p.work; w += gridDim.x) {
+    // Work order: heads fastest (GQA siblings share K/V in L2), then splits,
+    // then query blocks last-first so the longest causal rows start first.
+    const int64_t bh = w % bh_count;
+    const int64_t rest = w / bh_count;
+    const int split = static_cast<int>(rest % p.splits);
+    const int64_t qb = p.q_blocks - 1 - rest / p.splits;
+    const int64_t b = bh / p.heads_q;
+    const int64_t h = bh % p.heads_q;
+    const int64_t hk = h / p.group;
+    const int64_t i0 = qb * kBlockM;
+    const int64_t i_end = i0 + kBlockM < p.seq_q ? i0 + kBlockM : p.seq_q;
+
+    // The CTA's keys: both ends of a row's range are non-decreasing in i
+    // (mask.h), so the block needs [lo(i0), hi(i_end - 1)); tiles outside
+    // it are never loaded.
+    int64_t ks = key_range(i0, p.seq_k, p.diag_offset, p.window_left, p.window_right).lo;
+    int64_t ke = key_range(i_end - 1, p.seq_k, p.diag_offset, p.window_left, p.window_right).hi;
+    if (ke < ks) ke = ks;
+    if (p.splits > 1) {
+      const int64_t tiles = (ke - ks + kBlockN - 1) / kBlockN;
+      const int64_t per = (tiles + p.splits - 1) / p.splits;
+      const int64_t s0 = ks + split * per * kBlockN;
+      const int64_t s1 = s0 + per * kBlockN;
+      ks = s0 < ke ? s0 : ke;
+      ke = s1 < ke ? s1 : ke;
+    }
+
+    // Stage Q, pre-scaled, zero past seq_q and past head_dim. The barrier
+    // first: the previous work item may still read q_s.
+    __syncthreads();
+    {
+      const T* qbase = qg + b * p.q_stride[0] + h * p.q_stride[1];
+      for (int e = tid; e < kBlockM * kD; e += kThreads) {
+        const int r = e / kD;
+        const int d = e % kD;
+        const int64_t i = i0 + r;
+        float x = 0.f;
+        if (i < p.seq_q && d < D) x = to_float(qbase[i * p.q_stride[2] + d * p.q_stride[3]]) * p.q_scale;
+        q_s[e] = x;
+      }
+    }
+
+    // Running state of the seed's section 4, per owned row: m (warp-uniform), this lane's share of l, and o for dims lane + 32 c.
+    float m[kRows], l[kRows], o[kRows][kC];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      m[r] = -INFINITY;
+      l[r] = 0.f;
+#pragma unroll
+      for (int c = 0; c < kC; ++c) o[r][c] = 0.f;
+    }
+
+    const int64_t wi0 = i0 + static_cast<int64_t>(warp) * kRows;  // warp's first row
+    const int64_t wi1 = wi0 + kRows < i_end ? wi0 + kRows : i_end;  // one past its last
+    const T* kbase = kg + b * p.k_stride[0] + hk * p.k_stride[1];
+    const T* vbase = vg + b * p.v_stride[0] + hk * p.v_stride[1];
+
+    for (int64_t k0 = ks; k0 < ke; k0 += kBlockN) {
+      // Stage the K/V tile (and publish Q on the first pass). Keys past the
+      // CTA's range and dims past head_dim are zero so no garbage (or NaN)
+      // meets a zero probability.
+      __syncthreads();
+      for (int e0 = 0; e0 < kStageElems; e0 += kThreads * kStageBatch) {
+        float kx[kStageBatch], vx[kStageBatch];
+#pragma unroll
+        for (int u = 0; u < kStageBatch; ++u) {
+          const int e = e0 + u * kThreads + tid;
+          const int j = e / kD;
+          const int d = e % kD;
+          const int64_t key = k0 + j;
+          kx[u] = 0.f;
+          vx[u] = 0.f;
+          if (key < ke && d < D) {
+            kx[u] = to_float(kbase[key * p.k_stride[2] + d * p.k_stride[3]]);
+            vx[u] = to_float(vbase[key * p.v_stride[2] + d * p.v_stride[3]]);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kStageBatch; ++u) {
+          const int e = e0 + u * kThreads + tid;
+          const int j = e / kD;
+          const int d = e % kD;
+          reinterpret_cast<float*>(k_s + (d / 4) * kKStride + j)[d % 4] = kx[u];
+          v_s[e] = vx[u];
+        }
+      }
+      __syncthreads();
+
+      // Skip the tile when none of this warp's rows sees any of its keys
+      // (causal blocks on the diagonal, window edges, rows past seq_q).
+      const int64_t k1 = k0 + kBlockN < ke ? k0 + kBlockN : ke;
+      if (wi0 >= wi1) continue;
+      const int64_t warp_lo = row_keys(p, wi0, ks, ke).lo;
+      const int64_t warp_hi = row_keys(p, wi1 - 1, ks, ke).hi;
+      if (warp_hi <= k0 || warp_lo >= k1 || warp_lo >= warp_hi) continue;
+
+      // S = Q K^T for the warp's rows and the lane's keys.
+      float s[kRows][kKeys];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int t = 0; t < kKeys; ++t) s[r][t] = 0.f;
+      const float4* q4 = reinterpret_cast<const float4*>(q_s) + warp * kRows * kD4;
+#pragma unroll 2
+      for (int d4 = 0; d4 < nd4; ++d4) {
+        float4 kk[kKeys];
+#pragma unroll
+        for (int t = 0; t < kKeys; ++t) kk[t] = k_s[d4 * kKStride + lane + kThreadsPerWarp * t];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const float4 qq = q4[r * kD4 + d4];  // broadcast
+#pragma unroll
+          for (int t = 0; t < kKeys; ++t) {
+            s[r][t] = fmaf(qq.x, kk[t].x, s[r][t]);
+            s[r][t] = fmaf(qq.y, kk[t].y, s[r][t]);
+            s[r][t] = fmaf(qq.z, kk[t].z, s[r][t]);
+            s[r][t] = fmaf(qq.w, kk[t].w, s[r][t]);
+          }
+        }
+      }
+
+      // Online softmax, per row: softcap, then the mask (before the tile
+      // max), then m_new = max(m_old, tile max), alpha = exp(m_old - m_new),
+      // p = exp(s - m_new), l = alpha l + sum p, o = alpha o (+ P V below).
+      // A row that has seen no key keeps m = -inf; it uses 0 in place of
+      // m_new so that no -inf - -inf (NaN) arises, and its p and alpha are 0.
+      float* pw = p_s + warp * kRows * kBlockN;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const KeyRange rk = row_keys(p, wi0 + r, ks, ke);
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int t = 0; t < kKeys; ++t) {
+          const int64_t key = k0 + lane + kThreadsPerWarp * t;
+          float x = s[r][t];
+          if (p.softcap != 0.f) x = p.softcap * tanhf(x * p.inv_softcap);
+          x = (key >= rk.lo && key < rk.hi) ? x : -INFINITY;
+          s[r][t] = x;
+          tile_max = fmaxf(tile_max, x);
+        }
+        tile_max = warp_max(tile_max);
+        const float m_new = fmaxf(m[r], tile_max);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = exp2f((m[r] - m_use) * kLog2e);
+        m[r] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int t = 0; t < kKeys; ++t) {
+          const float pr = exp2f((s[r][t] - m_use) * kLog2e);
+          sum += pr;
+          pw[r * kBlockN + lane + kThreadsPerWarp * t] = pr;
+        }
+        l[r] = fmaf(l[r], alpha, sum);
+#pragma unroll
+        for (int c = 0; c < kC; ++c) o[r][c] *= alpha;
+      }
+      __syncwarp();
+
+      // O += P V: the lane's dims lane + 32 c, four keys per step.
+#pragma unroll 2
+      for (int j4 = 0; j4 < kBlockN / 4; ++j4) {
+        float vv[4][kC];
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+          for (int c = 0; c < kC; ++c)
+            vv[jj][c] = c < nc ? v_s[(j4 * 4 + jj) * kD + lane + kThreadsPerWarp * c] : 0.f;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const float4 pp = reinterpret_cast<const float4*>(pw + r * kBlockN)[j4];  // broadcast
+#pragma unroll
+          for (int c = 0; c < kC; ++c) {
+            if (c < nc) {
+              o[r][c] = fmaf(pp.x, vv[0][c], o[r][c]);
+              o[r][c] = fmaf(pp.y, vv[1][c], o[r][c]);
+              o[r][c] = fmaf(pp.z, vv[2][c], o[r][c]);
+              o[r][c] = fmaf(pp.w, vv[3][c], o[r][c]);
+            }
+          }
+        }
+      }
+      __syncwarp();  // pw is rewritten by the next tile
+    }
+
+    // Epilogue: O = o / l, lse = m + log l; a row that saw no key
+    // (l = 0) gets O = 0 and lse = -inf. Split CTAs store the raw state.
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float l_row = warp_sum(l[r]);
+      const int64_t i = wi0 + r;
+      if (i >= p.seq_q) continue;
+      const int64_t row = bh * p.seq_q + i;
+      if (p.splits == 1) {
+        const float inv = l_row > 0.f ? 1.f / l_row : 0.f;
+        T* orow = og + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+          const int d = lane + kThreadsPerWarp * c;
+          if (d < D) orow[d * p.o_stride[3]] = from_float<T>(o[r][c] * inv);
+        }
+        if (p.lse != nullptr && lane == 0)
+          p.lse[row] = l_row > 0.f ? m[r] + logf(l_row) : -INFINITY;
+      } else {
+        const int64_t slot = split * p.rows + row;
+        float* wo = p.ws_o + slot * D;
+#pragma unroll
+        for (int c = 0; c < kC; ++c) {
+          const int d = lane + kThreadsPerWarp * c;
+          if (d < D) wo[d] = o[r][c];
+        }
+        if (lane == 0) {
+          p.ws_m[slot] = m[r];
+          p.ws_l[slot] = l_row;
+        }
+      }
+    }
+  }
+}
+
+// Merges the splits of each row with the seed's equations: M = max_s m_s,
+// L = sum_s l_s e^(m_s - M), O = sum_s o_s e^(m_s - M) / L. One warp per row,
+// splits in a fixed order (deterministic).
+constexpr int kCombineWarps = 4;
+
+template <typename T>
+__global__ void __launch_bounds__(kCombineWarps * kThreadsPerWarp)
+    generic_combine_kernel(const GenericParams p) {
+  const int lane = threadIdx.x % kThreadsPerWarp;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / kThreadsPerWarp;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kCombineWarps;
+  T* og = static_cast<T*>(p.o);
+  for (int64_t row = first; row < p.rows; row += step) {
+    const int64_t i = row % p.seq_q;
+    const int64_t bh = row / p.seq_q;
+    const int64_t h = bh % p.heads_q;
+    const int64_t b = bh / p.heads_q;
+    float mx = -INFINITY;
+    for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, p.ws_m[s * p.rows + row]);
+    T* orow = og + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
+    if (mx == -INFINITY) {  // no split saw a key
+      for (int d = lane; d < p.head_dim; d += kThreadsPerWarp) orow[d * p.o_stride[3]] = from_float<T>(0.f);
+      if (p.lse != nullptr && lane == 0) p.lse[row] = -INFINITY;
+      continue;
+    }
+    float sum = 0.f;
+    for (int s = 0; s < p.splits; ++s) {
+      const int64_t slot = s * p.rows + row;
+      sum = fmaf(p.ws_l[slot], exp2f((p.ws_m[slot] - mx) * kLog2e), sum);
+    }
+    const float inv = 1.f / sum;
+    for (int d = lane; d < p.head_dim; d += kThreadsPerWarp) {
+      float acc = 0.f;
+      for (int s = 0; s < p.splits; ++s) {
+        const int64_t slot = s * p.rows + row;
+        acc = fmaf(p.ws_o[slot * p.head_dim + d], exp2f((p.ws_m[slot] - mx) * kLog2e), acc);
+      }
+      orow[d * p.o_stride[3]] = from_float<T>(acc * inv);
+    }
+    if (p.lse != nullptr && lane == 0) p.lse[row] = mx + logf(sum);
+  }
+}
+
+// Raises a kernel's dynamic shared-memory limit once per device (the call
+// is cheap but needless on every forward). `done` is the caller's per-kernel
+// bit set of devices already raised; devices past 63 are raised every time.
+template <typename Kernel>
+fmha_status allow_smem(Kernel kernel, size_t bytes, int ordinal, std::atomic<uint64_t>* done) {
+  const uint64_t bit = ordinal >= 0 && ordinal < 64 ? uint64_t{1} << ordinal : 0;
+  if (bit != 0 && (done->load(std::memory_order_relaxed) & bit)) return FMHA_SUCCESS;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess)
+    return fail(FMHA_ERROR_DEVICE, "cudaFuncSetAttribute(%zu bytes of shared memory): %s", bytes,
+                cudaGetErrorString(err));
+  done->fetch_or(bit, std::memory_order_relaxed);
+  return FMHA_SUCCESS;
+}
+
+// Launches config kCfg of kConfigs for element type T.
+template <typename T, int kCfg>
+fmha_status launch_config(const GenericParams& prm, const GenericPlan& plan, const LaunchContext& ctx) {
+  constexpr GenericConfig c = kConfigs[kCfg];
+  constexpr size_t smem = smem_bytes(c);
+  auto kernel = generic_attention_kernel<T, c.head_dim_max, c.rows_per_warp, c.keys_per_lane, c.warps>;
+  static std::atomic<uint64_t> smem_raised{0};  // one per instantiation, i.e. per kernel
+  fmha_status s = allow_smem(kernel, smem, ctx.device->ordinal, &smem_raised);
+  if (s != FMHA_SUCCESS) return s;
+  const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
+  const int64_t grid = plan.work < kMaxGrid ? plan.work : kMaxGrid;
+  kernel<<<static_cast<unsigned>(grid), c.warps * kThreadsPerWarp, smem, stream>>>(prm);
+  if ((s = check_launch("cuda_generic attention")) != FMHA_SUCCESS) return s;
+  if (plan.splits > 1) {
+    const int64_t blocks = (prm.rows + kCombineWarps - 1) / kCombineWarps;
+    const int64_t cgrid = blocks < kMaxGrid ? blocks : kMaxGrid;
+    generic_combine_kernel<T><<<static_cast<unsigned>(cgrid), kCombineWarps * kThreadsPerWarp, 0, stream>>>(prm);
+    if ((s = check_launch("cuda_generic split combine")) != FMHA_SUCCESS) return s;
+  }
+  return FMHA_SUCCESS;
+}
+
+// Launches plan.config for element type T (instantiated once per dtype in
+// generic_<dtype>.cu).
+template <typename T>
+fmha_status launch_typed(const GenericParams& prm, const GenericPlan& plan, const LaunchContext& ctx) {
+  static_assert(kConfigCount == 5, "add a case for each config");
+  switch (plan.config) {
+    case 0: return launch_config<T, 0>(prm, plan, ctx);
+    case 1: return launch_config<T, 1>(prm, plan, ctx);
+    case 2: return launch_config<T, 2>(prm, plan, ctx);
+    case 3: return launch_config<T, 3>(prm, plan, ctx);
+    case 4: return launch_config<T, 4>(prm, plan, ctx);
+    default: return fail(FMHA_ERROR_INTERNAL, "cuda_generic: no config %d", plan.config);
+  }
+}
+
+}  // namespace fmha::cuda::generic

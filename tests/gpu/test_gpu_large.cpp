@@ -1,0 +1,250 @@
+// Problems too large for a full host reference: long sequences, a single
+// (batch, head) with N = 65536, K/V tensors past 2^31 elements (64-bit
+// offsets), and the time saved by skipping tiles outside the mask. Inputs
+// are hashed on the device (gpu_support.h); a sample of rows is compared
+// with the float64 reference, and every element of o must be written
+// (o and lse start as NaN). Skipped under FMHA_TEST_QUICK.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/numeric_types.h"
+#include "common/tolerance.h"
+#include "gpu/gpu_support.h"
+
+namespace {
+
+using fmha_gpu_test::CudaBuffer;
+using fmha_gpu_test::GpuHandle;
+using fmha_gpu_test::HashedProblem;
+
+// Device buffers for a hashed problem, filled once, run on any kernel.
+class HashedBuffers {
+ public:
+  HashedBuffers(const HashedProblem& hp, bool with_lse)
+      : hp_(hp),
+        esize_(fmha_test::dtype_bytes(hp.dtype)),
+        q_(hp.q.extent() * esize_),
+        k_(hp.k.extent() * esize_),
+        v_(hp.v.extent() * esize_),
+        o_(hp.batch * hp.heads_q * hp.seq_q * hp.head_dim * esize_),
+        lse_(with_lse ? hp.batch * hp.heads_q * hp.seq_q * sizeof(float) : 0) {
+    ok_ = q_.ok() && k_.ok() && v_.ok() && o_.ok() && lse_.ok() &&
+          fmha_gpu_test::fill_hashed(q_.get(), hp.dtype, hp.q.extent(), hp.q.seed, nullptr) == cudaSuccess &&
+          fmha_gpu_test::fill_hashed(k_.get(), hp.dtype, hp.k.extent(), hp.k.seed, nullptr) == cudaSuccess &&
+          fmha_gpu_test::fill_hashed(v_.get(), hp.dtype, hp.v.extent(), hp.v.seed, nullptr) == cudaSuccess &&
+          cudaDeviceSynchronize() == cudaSuccess;
+  }
+  bool ok() const { return ok_; }
+
+  fmha_forward_params params(const char* kernel, int32_t splits) const {
+    fmha_forward_params p;
+    fmha_forward_params_init(&p);
+    auto tensor = [&](void* data, const fmha_gpu_test::HashedOperand& op) {
+      fmha_tensor t{};
+      t.data = data;
+      t.dtype = hp_.dtype;
+      std::copy(op.dims, op.dims + 4, t.dims);
+      std::copy(op.strides, op.strides + 4, t.strides);
+      return t;
+    };
+    p.q = tensor(q_.get(), hp_.q);
+    p.k = tensor(k_.get(), hp_.k);
+    p.v = tensor(v_.get(), hp_.v);
+    p.o = tensor(o_.get(), hp_.q);
+    const int64_t D = hp_.head_dim;
+    const int64_t o_strides[4] = {hp_.heads_q * hp_.seq_q * D, hp_.seq_q * D, D, 1};
+    std::copy(o_strides, o_strides + 4, p.o.strides);
+    p.lse = static_cast<float*>(lse_.get());
+    p.mask_flags = hp_.mask_flags;
+    p.window_left = hp_.window_left;
+    p.window_right = hp_.window_right;
+    p.softcap = hp_.softcap;
+    p.scale = hp_.scale;
+    p.kernel = kernel;
+    p.num_splits = splits;
+    return p;
+  }
+
+  // Poisons o and lse, runs, copies both back. Returns the status.
+  fmha_status run(fmha_handle h, const char* kernel, int32_t splits, std::vector<unsigned char>* o,
+                  std::vector<float>* lse, std::string* message) {
+    const fmha_forward_params p = params(kernel, splits);
+    size_t ws_bytes = 0;
+    fmha_status s = fmha_forward_workspace_size(h, &p, &ws_bytes);
+    if (s != FMHA_SUCCESS) {
+      *message = fmha_last_error_message();
+      return s;
+    }
+    CudaBuffer ws(ws_bytes);
+    REQUIRE(ws.ok());
+    REQUIRE(cudaMemset(o_.get(), 0xff, o_.bytes()) == cudaSuccess);
+    if (lse_.bytes() > 0) REQUIRE(cudaMemset(lse_.get(), 0xff, lse_.bytes()) == cudaSuccess);
+    s = fmha_forward(h, &p, ws.get(), ws_bytes);
+    *message = fmha_last_error_message();
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    o->resize(o_.bytes());
+    REQUIRE(cudaMemcpy(o->data(), o_.get(), o_.bytes(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    lse->resize(lse_.bytes() / sizeof(float));
+    if (!lse->empty())
+      REQUIRE(cudaMemcpy(lse->data(), lse_.get(), lse_.bytes(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return s;
+  }
+
+  // Median time of one forward over `reps` runs, in ms.
+  double time_ms(fmha_handle h, const char* kernel, int reps) {
+    const fmha_forward_params p = params(kernel, 0);
+    size_t ws_bytes = 0;
+    if (fmha_forward_workspace_size(h, &p, &ws_bytes) != FMHA_SUCCESS) return -1.0;
+    CudaBuffer ws(ws_bytes);
+    std::vector<float> ms;
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    const fmha_status warm = fmha_forward(h, &p, ws.get(), ws_bytes);
+    REQUIRE_MESSAGE(warm == FMHA_SUCCESS, std::string(fmha_last_error_message()));
+    for (int r = 0; r < reps; ++r) {
+      cudaEventRecord(a, nullptr);
+      REQUIRE(fmha_forward(h, &p, ws.get(), ws_bytes) == FMHA_SUCCESS);
+      cudaEventRecord(b, nullptr);
+      cudaEventSynchronize(b);
+      float t = 0.f;
+      cudaEventElapsedTime(&t, a, b);
+      ms.push_back(t);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+
+ private:
+  HashedProblem hp_;
+  size_t esize_;
+  CudaBuffer q_, k_, v_, o_, lse_;
+  bool ok_ = false;
+};
+
+// Runs hp on every CUDA kernel and checks sampled rows and every element.
+void check_all_kernels(const HashedProblem& hp, const char* label, int random_rows) {
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  HashedBuffers buf(hp, true);
+  REQUIRE_MESSAGE(buf.ok(), "could not allocate or fill " << std::string(label));
+  const std::vector<int64_t> rows = fmha_gpu_test::sample_rows(hp, random_rows, 0x5eed);
+  const fmha_test::Tolerance tol = fmha_test::tolerance_for(hp.dtype);
+  for (const std::string& name : fmha_gpu_test::cuda_kernel_names()) {
+    std::vector<unsigned char> o;
+    std::vector<float> lse;
+    std::string msg;
+    const fmha_status s = buf.run(h.get(), name.c_str(), 0, &o, &lse, &msg);
+    if (s == FMHA_ERROR_UNSUPPORTED) {
+      MESSAGE(std::string(label) << ": " << name << " unsupported: " << msg);
+      continue;
+    }
+    REQUIRE_MESSAGE(s == FMHA_SUCCESS, std::string(label) << ": " << name << ": " << msg);
+    int64_t nonfinite = 0;
+    const int64_t n = static_cast<int64_t>(o.size() / fmha_test::dtype_bytes(hp.dtype));
+    for (int64_t e = 0; e < n; ++e)
+      if (!std::isfinite(fmha_test::load_element(o.data(), hp.dtype, e))) ++nonfinite;
+    int64_t bad_lse = 0;
+    for (float x : lse)
+      if (std::isnan(x)) ++bad_lse;
+    const fmha_gpu_test::RowCheck rc = fmha_gpu_test::check_rows(hp, rows, o, lse);
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "%s: %s: %lld sampled rows, rel-L2 %.3g (bound %.3g), max |err| %.3g at %s, lse err %.3g "
+                  "(bound %.3g), %lld o elements and %lld lse rows unwritten",
+                  label, name.c_str(), static_cast<long long>(rc.rows), rc.o_rel_l2, tol.o_rel_l2,
+                  rc.o_max_abs, rc.worst.c_str(), rc.lse_max_err, tol.lse_abs, static_cast<long long>(nonfinite),
+                  static_cast<long long>(bad_lse));
+    MESSAGE(line);
+    CHECK(nonfinite == 0);
+    CHECK(bad_lse == 0);
+    CHECK(rc.o_rel_l2 <= tol.o_rel_l2);
+    CHECK(rc.lse_max_err <= tol.lse_abs);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("N = 32768, causal, GQA") {
+  if (fmha_gpu_test::quick_mode()) return;
+  HashedProblem hp;
+  hp.dtype = FMHA_DTYPE_F16;
+  hp.batch = 1;
+  hp.heads_q = 2;
+  hp.heads_kv = 1;
+  hp.seq_q = hp.seq_k = 32768;
+  hp.head_dim = 128;
+  hp.mask_flags = FMHA_MASK_CAUSAL;
+  hp.set_contiguous(32768);
+  check_all_kernels(hp, "N=32768 F16 D128 causal H2/1", 24);
+}
+
+TEST_CASE("one (batch, head) with N = 65536, no mask") {
+  if (fmha_gpu_test::quick_mode()) return;
+  HashedProblem hp;
+  hp.dtype = FMHA_DTYPE_BF16;
+  hp.seq_q = hp.seq_k = 65536;
+  hp.head_dim = 64;
+  hp.set_contiguous(65536);
+  check_all_kernels(hp, "N=65536 BF16 D64 B*H=1", 24);
+}
+
+TEST_CASE("K and V past 2^31 elements: 64-bit offsets") {
+  // K, V: [1, 1, 2^24 + 4096, 128] F16 = 2^31 + 2^19 elements (4.3 GB each).
+  // 256 queries, bottom-right causal with window_left = 3000: every row's
+  // keys lie past element 2^31 of K and V, so a 32-bit offset anywhere reads
+  // the wrong keys. Q is laid out BNHD-style with a seq stride of 3 D to
+  // check strided Q as well.
+  if (fmha_gpu_test::quick_mode()) return;
+  HashedProblem hp;
+  hp.dtype = FMHA_DTYPE_F16;
+  hp.seq_q = 256;
+  hp.seq_k = (int64_t{1} << 24) + 4096;
+  hp.head_dim = 128;
+  hp.mask_flags = FMHA_MASK_CAUSAL;
+  hp.window_left = 3000;
+  hp.set_contiguous(31);
+  hp.q.strides[2] = 3 * hp.head_dim;
+  hp.q.strides[1] = hp.q.strides[0] = hp.seq_q * 3 * hp.head_dim;
+  REQUIRE(hp.k.extent() > (int64_t{1} << 31));
+  check_all_kernels(hp, "K/V 2^31+ elements F16 D128 window", 8);
+}
+
+TEST_CASE("tiles outside the mask are skipped") {
+  // Causal does about half the work of no mask and a 256-key window a
+  // small fraction; each must show in the time (loose bounds: 0.8 and 0.35).
+  if (fmha_gpu_test::quick_mode()) return;
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  HashedProblem hp;
+  hp.dtype = FMHA_DTYPE_F16;
+  hp.heads_q = hp.heads_kv = 4;
+  hp.seq_q = hp.seq_k = 8192;
+  hp.head_dim = 64;
+  hp.set_contiguous(8192);
+  HashedProblem causal = hp, window = hp;
+  causal.mask_flags = FMHA_MASK_CAUSAL;
+  window.window_left = 128;
+  window.window_right = 127;
+  HashedBuffers full_buf(hp, false), causal_buf(causal, false), window_buf(window, false);
+  REQUIRE(full_buf.ok());
+  for (const std::string& name : fmha_gpu_test::cuda_kernel_names()) {
+    const double t_full = full_buf.time_ms(h.get(), name.c_str(), 5);
+    if (t_full < 0) continue;  // unsupported
+    const double t_causal = causal_buf.time_ms(h.get(), name.c_str(), 5);
+    const double t_window = window_buf.time_ms(h.get(), name.c_str(), 5);
+    MESSAGE(name << " B1 H4 N8192 D64 F16: no mask " << t_full << " ms, causal " << t_causal
+                 << " ms, window 256 " << t_window << " ms");
+    CHECK(t_causal < 0.8 * t_full);
+    CHECK(t_window < 0.35 * t_full);
+  }
+}
