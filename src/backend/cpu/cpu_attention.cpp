@@ -1,0 +1,570 @@
+// The exact CPU backend (see cpu_attention.h).
+//
+// One work item = one block of query rows of one (batch, query head). For
+// it, the rows' FP32 state (running max m, running sum l, unnormalized
+// output o) lives in per-thread scratch while the K/V tiles of the block's
+// visible key range stream through, each converted once to FP32. Per tile
+// the block does, with s = scale * q . k (soft-capped when asked):
+//
+//   S   = K_tile . Q^T                      (scores, transposed: keys x rows)
+//   S   = -inf outside each row's key range (edge tiles only)
+//   m~  = max_j s_j                         seed section 4, tile max
+//   m'  = max(m, m~),  alpha = e^(m - m')   seed section 4, new max, rescale
+//   P   = e^(S - m'),  l = alpha l + sum P  seed section 4, l update
+//   o   = alpha o + P . V_tile              seed section 4, o update
+//
+// and at the end O = o / l, lse = m + log l.
+//
+// Layout choices, all in FP32 scratch:
+//   Q is stored transposed (head_dim x rows) and pre-multiplied by scale, so
+//   the score product runs over rows in its innermost loop and the scores
+//   come out keys x rows. Every softmax step below is then an element-wise
+//   loop over rows (max, exp, sums), which vectorizes without any horizontal
+//   reduction, and K/V tiles are plain row-major copies (no transpose).
+//   Both products go through one register-blocked kernel (gemm_rows) whose
+//   inner loop is a fixed-width axpy the compiler vectorizes.
+//
+// Threads: the work items, (batch, query head, query block), go to the pool
+// longest first; each worker computes in its own cache-line-aligned slice of
+// the caller's workspace, so forward allocates nothing.
+#include "backend/cpu/cpu_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "backend/cpu/thread_pool.h"
+#include "core/error.h"
+#include "core/mask.h"
+#include "core/numeric.h"
+
+#if defined(__GNUC__)
+#define FMHA_CPU_INLINE inline __attribute__((always_inline))
+#else
+#define FMHA_CPU_INLINE inline
+#endif
+
+// On x86-64 with GCC or Clang the work-item function is compiled three
+// times, for AVX-512, for AVX2 + FMA and for the baseline, through target
+// attributes on three thin wrappers around one force-inlined body; forward
+// picks one with __builtin_cpu_supports. Everything the body calls is
+// force-inlined too, so the chosen ISA reaches every inner loop. The build
+// stays portable (no -march flag) and needs no ifunc; other targets compile
+// the baseline only.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FMHA_CPU_BASELINE_ONLY)
+#define FMHA_CPU_X86_VARIANTS 1
+#define FMHA_CPU_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#define FMHA_CPU_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define FMHA_CPU_X86_VARIANTS 0
+#endif
+
+namespace fmha::cpu {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr int64_t kAlignBytes = 64;  // scratch arrays start on a cache line
+
+// ---- tuning ---------------------------------------------------------------
+
+// The register tile of gemm_strip is kRows x kMicroCols FP32 accumulators,
+// kRows fixed per ISA variant. Measured on one Zen 4 core (GCC 12, -O3,
+// operands in L1):
+//   AVX-512 (32 zmm): 4 x 32 = 8 registers, ~100 GFLOP/s (3 x 32: ~55)
+//   AVX2    (16 ymm): 3 x 32 = 12 registers, ~80 GFLOP/s (4 x 32 = 16
+//                     registers spills: ~57)
+// A 16-wide tile let GCC vectorize the wrong loop (10x slower), so the
+// width stays 32 and the row count follows the register file. The baseline
+// uses 3 (not measured off x86-64; 3 x 32 fits AArch64's 32 registers).
+constexpr int64_t kMicroCols = 32;
+constexpr int64_t kRowsAvx512 = 4;
+constexpr int64_t kRowsOther = 3;
+
+// Query rows per work item and keys per streamed tile, by head dim. More
+// rows amortize the K/V conversion over more of the product; the scratch
+// (roughly (2 rows + 2 keys) x head_dim floats) should stay within a core's
+// L2. Rows must be a multiple of kMicroCols. bench_cpu (D=128, N=2048,
+// causal FP16, one Zen 4 core), rows x keys: 128 x 64 81 GFLOP/s,
+// 128 x 128 76, 128 x 32 71, 64 x 64 68, 256 x 64 63. The shapes for
+// larger head dims only keep the scratch in L2; they were not tuned.
+struct TileShape {
+  int64_t rows;
+  int64_t keys;
+};
+
+constexpr TileShape tile_shape(int64_t head_dim) {
+  return head_dim <= 128 ? TileShape{128, 64} : head_dim <= 256 ? TileShape{64, 64} : TileShape{64, 32};
+}
+
+constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// ---- per-thread scratch -----------------------------------------------------
+
+// Offsets (bytes, each kAlignBytes-aligned) of the arrays in one thread's
+// slice of the workspace.
+struct ScratchLayout {
+  int64_t rows, keys, dp;  // tile shape; dp = head_dim padded to kMicroCols
+  int64_t qt, k, v, s, o;  // float arrays
+  int64_t m, l, alpha, m_safe, tile_max, tile_sum;  // float[rows]
+  int64_t lo, hi;          // int64[rows]: each row's key range
+  int64_t c0, c1;          // int32[rows]: the range relative to one tile
+  int64_t bytes;           // the slice size
+};
+
+ScratchLayout scratch_layout(const Problem& p) {
+  ScratchLayout s{};
+  const TileShape t = tile_shape(p.head_dim);
+  s.rows = t.rows;
+  s.keys = t.keys;
+  s.dp = round_up(p.head_dim, kMicroCols);
+  int64_t at = 0;
+  auto take = [&at](int64_t bytes) {
+    const int64_t off = at;
+    at += round_up(bytes, kAlignBytes);
+    return off;
+  };
+  const int64_t f = sizeof(float);
+  s.qt = take(p.head_dim * s.rows * f);  // Q^T: head_dim x rows
+  s.k = take(s.keys * s.dp * f);         // K tile: keys x dp
+  s.v = take(s.keys * s.dp * f);         // V tile: keys x dp
+  s.s = take(s.keys * s.rows * f);       // S, then P: keys x rows
+  s.o = take(s.rows * s.dp * f);         // o: rows x dp
+  s.m = take(s.rows * f);
+  s.l = take(s.rows * f);
+  s.alpha = take(s.rows * f);
+  s.m_safe = take(s.rows * f);
+  s.tile_max = take(s.rows * f);
+  s.tile_sum = take(s.rows * f);
+  s.lo = take(s.rows * sizeof(int64_t));
+  s.hi = take(s.rows * sizeof(int64_t));
+  s.c0 = take(s.rows * sizeof(int32_t));
+  s.c1 = take(s.rows * sizeof(int32_t));
+  s.bytes = at;
+  return s;
+}
+
+template <typename T>
+T* at_offset(void* base, int64_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
+}
+
+// ---- element access -----------------------------------------------------------
+
+// dst[0..n) = float(src[i * stride]). The stride-1 loops vectorize (the
+// conversions in numeric.h are branch-free); any other stride is a gather.
+FMHA_CPU_INLINE void load_row(const void* src, int64_t stride, int64_t n, fmha_dtype t, float* dst) {
+  switch (t) {
+    case FMHA_DTYPE_F32: {
+      const float* s = static_cast<const float*>(src);
+      if (stride == 1)
+        std::memcpy(dst, s, n * sizeof(float));
+      else
+        for (int64_t i = 0; i < n; ++i) dst[i] = s[i * stride];
+      break;
+    }
+    case FMHA_DTYPE_BF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      if (stride == 1)
+        for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
+      else
+        for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i * stride]);
+      break;
+    }
+    default: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      if (stride == 1)
+        for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(s[i]);
+      else
+        for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(s[i * stride]);
+      break;
+    }
+  }
+}
+
+// dst[i * stride] = src[i] * mul, rounded to nearest even for F16/BF16.
+FMHA_CPU_INLINE void store_row(const float* src, float mul, int64_t n, fmha_dtype t, void* dst,
+                               int64_t stride) {
+  switch (t) {
+    case FMHA_DTYPE_F32: {
+      float* d = static_cast<float*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i * stride] = src[i] * mul;
+      break;
+    }
+    case FMHA_DTYPE_BF16: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i * stride] = float_to_bf16(src[i] * mul);
+      break;
+    }
+    default: {
+      uint16_t* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i * stride] = float_to_half(src[i] * mul);
+      break;
+    }
+  }
+}
+
+// ---- math -----------------------------------------------------------------------
+
+// e^x for x <= 0 (the only arguments the softmax makes: s - m' <= 0), with
+// e^-inf = 0 exactly, so masked scores and an empty running state (m = -inf)
+// contribute nothing and never form -inf - -inf. Branch-free so the loops
+// over it vectorize; libm's expf does not, and would cost as much as the
+// two products together. Accuracy: degree-7 Taylor on |r| <= ln2/2
+// (truncation < 6e-9 relative), measured <= 1.2 ulp on [-87.3, 0]. Results
+// below 2^-126 flush to 0, which is below the resolution of any sum they
+// join (the row max contributes 1).
+FMHA_CPU_INLINE float exp_nonpositive(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 split so n * kLn2Hi is exact
+  constexpr float kLn2Lo = 1.42860682030941723e-6f;
+  constexpr float kMin = -87.33654475f;  // ln(2^-126)
+  constexpr float kRound = 12582912.f;   // 1.5 * 2^23: adding it rounds to an integer
+  const float xc = x < kMin ? kMin : x;
+  const float n = (xc * kLog2e + kRound) - kRound;  // nearest integer, in [-126, 0]
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;   // |r| <= ln2/2
+  float poly = 1.f / 5040.f;
+  poly = poly * r + 1.f / 720.f;
+  poly = poly * r + 1.f / 120.f;
+  poly = poly * r + 1.f / 24.f;
+  poly = poly * r + 1.f / 6.f;
+  poly = poly * r + 0.5f;
+  poly = poly * r + 1.f;
+  poly = poly * r + 1.f;
+  const float two_n = bits_float(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+  return x < kMin ? 0.f : poly * two_n;
+}
+
+// tanh for the softcap, branch-free: (1 - e^-2|x|) / (1 + e^-2|x|) away
+// from 0, a short odd series for |x| < 0.125 where that would cancel
+// (truncation ~1e-9 relative). Measured: <= 2.7e-7 relative, <= 9e-8
+// absolute, so the capped logit is off by at most ~1e-7 * softcap.
+FMHA_CPU_INLINE float tanh_softcap(float x) {
+  const float a = std::fabs(x);
+  const float e = exp_nonpositive(-2.f * a);
+  const float big = (1.f - e) / (1.f + e);
+  const float a2 = a * a;
+  const float small = a * (1.f + a2 * (-1.f / 3.f + a2 * (2.f / 15.f + a2 * (-17.f / 315.f))));
+  const float t = a < 0.125f ? small : big;
+  return std::copysign(t, x);
+}
+
+// ---- the register-blocked product ------------------------------------------
+
+// One strip of kRows rows of c:
+//   c[i][j] = (kRescale ? row_scale[i] * c[i][j] : 0) + sum_k a(i, k) * b[k][j]
+// for i < kRows and j < n (a multiple of kMicroCols), with a(i, k) =
+// a[i * a_row + k * a_k] (so either layout of the scores works as the left
+// operand) and b, c row-major. Each kRows x kMicroCols block of c is held in
+// registers over the whole k loop; per k the innermost loop is a
+// fixed-width axpy of one row of b, which the compiler turns into
+// full-width FMAs with a(i, k) broadcast.
+template <int64_t kRows, bool kRescale>
+FMHA_CPU_INLINE void gemm_strip(const float* a, int64_t a_row, int64_t a_k, const float* b,
+                                int64_t ldb, float* c, int64_t ldc, int64_t n, int64_t k,
+                                const float* row_scale) {
+  for (int64_t j = 0; j < n; j += kMicroCols) {
+    float acc[kRows][kMicroCols];
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t x = 0; x < kMicroCols; ++x)
+        acc[r][x] = kRescale ? row_scale[r] * c[r * ldc + j + x] : 0.f;
+    const float* bj = b + j;
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const float* bk = bj + kk * ldb;
+      for (int64_t r = 0; r < kRows; ++r) {
+        const float ar = a[r * a_row + kk * a_k];
+        for (int64_t x = 0; x < kMicroCols; ++x) acc[r][x] += ar * bk[x];
+      }
+    }
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t x = 0; x < kMicroCols; ++x) c[r * ldc + j + x] = acc[r][x];
+  }
+}
+
+// gemm_strip over rows [0, m): strips of kRows, then single rows.
+template <int64_t kRows, bool kRescale>
+FMHA_CPU_INLINE void gemm_rows(const float* a, int64_t a_row, int64_t a_k, const float* b,
+                               int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t n,
+                               int64_t k, const float* row_scale) {
+  int64_t i = 0;
+  for (; i + kRows <= m; i += kRows)
+    gemm_strip<kRows, kRescale>(a + i * a_row, a_row, a_k, b, ldb, c + i * ldc, ldc, n, k,
+                                kRescale ? row_scale + i : nullptr);
+  for (; i < m; ++i)
+    gemm_strip<1, kRescale>(a + i * a_row, a_row, a_k, b, ldb, c + i * ldc, ldc, n, k,
+                            kRescale ? row_scale + i : nullptr);
+}
+
+// ---- one work item ------------------------------------------------------------
+
+struct Job {
+  const Problem* p;
+  ScratchLayout layout;
+  char* scratch;      // kAlignBytes-aligned; worker w owns [w * bytes, (w + 1) * bytes)
+  int64_t row_tiles;  // query blocks per (batch, head)
+  bool longest_last;  // the last query block has the most keys (e.g. causal)
+};
+
+// One work item: query rows [i0, i0 + nr) of (batch b, query head h), in
+// the scratch slice of `worker`, with a kRows-row register tile.
+template <int64_t kRows>
+FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
+  const Problem& p = *job.p;
+  const ScratchLayout& L = job.layout;
+  const fmha_dtype dt = p.dtype;
+  const int64_t D = p.head_dim;
+  const int64_t BR = L.rows;  // leading dimension of Q^T and S
+  const int64_t DP = L.dp;    // leading dimension of the K/V tiles and o
+
+  // Work order: the pool hands out items in index order, so index 0 must
+  // be the block with the most keys. Blocks are ordered by row position
+  // first (all heads of the longest block, then the next), which for causal
+  // masks starts the longest rows first and leaves the short ones to fill
+  // the gaps at the end.
+  const int64_t heads = p.batch * p.heads_q;
+  const int64_t rank = item / heads;
+  const int64_t bh = item % heads;
+  const int64_t tile = job.longest_last ? job.row_tiles - 1 - rank : rank;
+  const int64_t b = bh / p.heads_q;
+  const int64_t h = bh % p.heads_q;
+  const int64_t hk = h / p.group_size();  // GQA/MQA: the shared kv head, read in place
+  const int64_t i0 = tile * BR;
+  const int64_t nr = std::min(BR, p.seq_q - i0);
+  const int64_t np = round_up(nr, kMicroCols);  // rows computed (padding rows are discarded)
+
+  char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
+  float* qt = at_offset<float>(base, L.qt);
+  float* kt = at_offset<float>(base, L.k);
+  float* vt = at_offset<float>(base, L.v);
+  float* s = at_offset<float>(base, L.s);
+  float* o = at_offset<float>(base, L.o);
+  float* m = at_offset<float>(base, L.m);
+  float* l = at_offset<float>(base, L.l);
+  float* alpha = at_offset<float>(base, L.alpha);
+  float* m_safe = at_offset<float>(base, L.m_safe);
+  float* tile_max = at_offset<float>(base, L.tile_max);
+  float* tile_sum = at_offset<float>(base, L.tile_sum);
+  int64_t* lo = at_offset<int64_t>(base, L.lo);
+  int64_t* hi = at_offset<int64_t>(base, L.hi);
+  int32_t* c0 = at_offset<int32_t>(base, L.c0);
+  int32_t* c1 = at_offset<int32_t>(base, L.c1);
+
+  // Each row's visible keys [lo, hi) (mask.h). Padding rows copy the last
+  // real row, so they never widen the block's range or add edge tiles.
+  for (int64_t r = 0; r < np; ++r) {
+    const KeyRange kr =
+        key_range(i0 + std::min(r, nr - 1), p.seq_k, p.diag_offset, p.window_left, p.window_right);
+    lo[r] = kr.lo;
+    hi[r] = kr.hi;
+  }
+  // Both ends are non-decreasing in the row, so the block needs keys
+  // [lo[0], hi[nr-1]) and every row sees all of [lo[nr-1], hi[0]): tiles
+  // inside that need no mask, tiles outside the first range are never read.
+  const int64_t block_lo = lo[0];
+  const int64_t block_hi = hi[nr - 1];
+  const int64_t full_lo = lo[nr - 1];
+  const int64_t full_hi = hi[0];
+
+  // Q^T scaled: qt[d][r] = scale * q[i0 + r][d]; padding rows are 0. Each
+  // row is converted (vectorized) into o's first row, then transposed.
+  {
+    const Operand& q = p.q;
+    const char* q_rows = static_cast<const char*>(q.data) +
+                         (b * q.stride[0] + h * q.stride[1] + i0 * q.stride[2]) * dtype_size(dt);
+    const float scale = p.scale;
+    for (int64_t r = 0; r < np; ++r) {
+      if (r < nr) {
+        load_row(q_rows + r * q.stride[2] * dtype_size(dt), q.stride[3], D, dt, o);
+        for (int64_t d = 0; d < D; ++d) qt[d * BR + r] = scale * o[d];
+      } else {
+        for (int64_t d = 0; d < D; ++d) qt[d * BR + r] = 0.f;
+      }
+    }
+  }
+
+  // Running state: m = -inf, l = 0, o = 0 (seed section 4, before tile 1).
+  for (int64_t r = 0; r < np; ++r) {
+    m[r] = -kInf;
+    l[r] = 0.f;
+  }
+  std::memset(o, 0, static_cast<size_t>(np * DP) * sizeof(float));
+  // The V tile's padding columns [D, DP) feed only o's discarded columns;
+  // zero them once so nothing non-finite or subnormal circulates.
+  if (DP > D)
+    for (int64_t j = 0; j < L.keys; ++j) std::memset(vt + j * DP + D, 0, (DP - D) * sizeof(float));
+
+  const Operand& k = p.k;
+  const Operand& v = p.v;
+  const int64_t k_base = b * k.stride[0] + hk * k.stride[1];
+  const int64_t v_base = b * v.stride[0] + hk * v.stride[1];
+  const float softcap = p.softcap;
+  const float inv_softcap = softcap != 0.f ? 1.f / softcap : 0.f;
+
+  for (int64_t j0 = block_lo; j0 < block_hi; j0 += L.keys) {
+    const int64_t bc = std::min(L.keys, block_hi - j0);  // keys in this tile
+
+    // Stream the tile in: one FP32 copy of K and of V rows j0..j0+bc, shared
+    // by every row of the block.
+    for (int64_t j = 0; j < bc; ++j) {
+      load_row(static_cast<const char*>(k.data) + (k_base + (j0 + j) * k.stride[2]) * dtype_size(dt),
+               k.stride[3], D, dt, kt + j * DP);
+      load_row(static_cast<const char*>(v.data) + (v_base + (j0 + j) * v.stride[2]) * dtype_size(dt),
+               v.stride[3], D, dt, vt + j * DP);
+    }
+
+    // S = K_tile . (scale Q)^T, keys x rows.
+    gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
+
+    // Softcap acts on the scaled logits, before the mask and the max, so
+    // lse and the softmax both see the capped values.
+    if (softcap != 0.f)
+      for (int64_t j = 0; j < bc; ++j)
+        for (int64_t r = 0; r < np; ++r) s[j * BR + r] = softcap * tanh_softcap(s[j * BR + r] * inv_softcap);
+
+    // The mask goes in before the tile max (seed section 6): a masked score
+    // that reached the max could make m' too large (underflowing every
+    // visible e^(s - m')) or, for a row with no visible key, finite. Only
+    // tiles across an edge of some row's range get here.
+    if (j0 < full_lo || j0 + bc > full_hi) {
+      for (int64_t r = 0; r < np; ++r) {
+        c0[r] = static_cast<int32_t>(std::clamp<int64_t>(lo[r] - j0, 0, bc));
+        c1[r] = static_cast<int32_t>(std::clamp<int64_t>(hi[r] - j0, 0, bc));
+      }
+      for (int64_t j = 0; j < bc; ++j) {
+        const int32_t jj = static_cast<int32_t>(j);
+        float* sj = s + j * BR;
+        for (int64_t r = 0; r < np; ++r) sj[r] = (jj >= c0[r] && jj < c1[r]) ? sj[r] : -kInf;
+      }
+    }
+
+    // m~ = max_j s_j over the tile.
+    for (int64_t r = 0; r < np; ++r) tile_max[r] = -kInf;
+    for (int64_t j = 0; j < bc; ++j) {
+      const float* sj = s + j * BR;
+      for (int64_t r = 0; r < np; ++r) tile_max[r] = sj[r] > tile_max[r] ? sj[r] : tile_max[r];
+    }
+    // m' = max(m, m~); alpha = e^(m - m'). A row that has seen no visible
+    // key yet keeps m' = -inf; it uses 0 as the subtrahend instead, so
+    // e^(-inf - 0) = 0 for its masked scores and its (zero) old state
+    // rather than e^(-inf - -inf) = NaN.
+    for (int64_t r = 0; r < np; ++r) {
+      const float mn = m[r] > tile_max[r] ? m[r] : tile_max[r];
+      const float ms = mn == -kInf ? 0.f : mn;
+      alpha[r] = exp_nonpositive(m[r] - ms);
+      m_safe[r] = ms;
+      m[r] = mn;
+      tile_sum[r] = 0.f;
+    }
+    // P = e^(s - m') in place of S, and its row sums: sum_j e^(s_j - m')
+    // is the seed's beta * l~ (the tile sum taken directly against the new
+    // max), so l = alpha l + sum P.
+    for (int64_t j = 0; j < bc; ++j) {
+      float* sj = s + j * BR;
+      for (int64_t r = 0; r < np; ++r) {
+        const float e = exp_nonpositive(sj[r] - m_safe[r]);
+        sj[r] = e;
+        tile_sum[r] += e;
+      }
+    }
+    for (int64_t r = 0; r < np; ++r) l[r] = alpha[r] * l[r] + tile_sum[r];
+
+    // o = alpha o + P . V_tile: the old o is rescaled to the new max as it
+    // is loaded into the accumulators, before the current tile's PV is
+    // added (seed section 6: the other order mixes two scales).
+    gemm_rows<kRows, true>(s, 1, BR, vt, DP, o, DP, nr, DP, bc, alpha);
+  }
+
+  // O = o / l and lse = m + log l. A row that saw no key has l = 0: O = 0
+  // and lse = -inf (the public contract), with no 0/0.
+  const Operand& out = p.o;
+  const int64_t o_base = b * out.stride[0] + h * out.stride[1];
+  char* o_data = static_cast<char*>(out.data);
+  for (int64_t r = 0; r < nr; ++r) {
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    store_row(o + r * DP, inv, D, dt, o_data + (o_base + (i0 + r) * out.stride[2]) * dtype_size(dt),
+              out.stride[3]);
+  }
+  if (p.lse != nullptr) {
+    float* lse = p.lse + (b * p.heads_q + h) * p.seq_q + i0;
+    for (int64_t r = 0; r < nr; ++r) lse[r] = l[r] > 0.f ? m[r] + std::log(l[r]) : -kInf;
+  }
+}
+
+// The ISA variants of run_block, and the choice among them.
+using BlockFn = void (*)(const Job&, int64_t, int);
+
+void run_block_baseline(const Job& job, int64_t item, int worker) {
+  run_block<kRowsOther>(job, item, worker);
+}
+
+#if FMHA_CPU_X86_VARIANTS
+FMHA_CPU_TARGET_AVX2 void run_block_avx2(const Job& job, int64_t item, int worker) {
+  run_block<kRowsOther>(job, item, worker);
+}
+
+FMHA_CPU_TARGET_AVX512 void run_block_avx512(const Job& job, int64_t item, int worker) {
+  run_block<kRowsAvx512>(job, item, worker);
+}
+#endif
+
+BlockFn select_block_fn() {
+#if FMHA_CPU_X86_VARIANTS
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return run_block_avx512;
+  if (avx2) return run_block_avx2;
+#endif
+  return run_block_baseline;
+}
+
+}  // namespace
+
+size_t workspace_bytes(const Problem& p, const DeviceInfo& dev) {
+  // kAlignBytes of slack: the caller guarantees only 16-byte alignment, and
+  // forward rounds the base up so every slice starts on a cache line.
+  const int64_t threads = std::max(dev.num_threads, 1);
+  return static_cast<size_t>(threads * scratch_layout(p).bytes + kAlignBytes);
+}
+
+fmha_status forward(const Problem& p, const LaunchContext& ctx) {
+  const int threads = ctx.pool != nullptr ? ctx.pool->size() : 1;
+  if (ctx.device == nullptr || threads > std::max(ctx.device->num_threads, 1))
+    return fail(FMHA_ERROR_INTERNAL, "cpu forward: pool of %d threads but the workspace was sized for %d",
+                threads, ctx.device != nullptr ? ctx.device->num_threads : 0);
+  if (ctx.workspace_bytes < workspace_bytes(p, *ctx.device) || ctx.workspace == nullptr)
+    return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "cpu forward: workspace_bytes=%zu but needs %zu",
+                ctx.workspace_bytes, workspace_bytes(p, *ctx.device));
+
+  Job job;
+  job.p = &p;
+  job.layout = scratch_layout(p);
+  const uintptr_t raw = reinterpret_cast<uintptr_t>(ctx.workspace);
+  job.scratch = static_cast<char*>(ctx.workspace) + (kAlignBytes - raw % kAlignBytes) % kAlignBytes;
+  job.row_tiles = (p.seq_q + job.layout.rows - 1) / job.layout.rows;
+  // Keys seen by the first and the last query block: start from the larger.
+  auto block_keys = [&](int64_t t) {
+    const int64_t first = t * job.layout.rows;
+    const int64_t last = std::min(first + job.layout.rows, p.seq_q) - 1;
+    const KeyRange a = key_range(first, p.seq_k, p.diag_offset, p.window_left, p.window_right);
+    const KeyRange z = key_range(last, p.seq_k, p.diag_offset, p.window_left, p.window_right);
+    return std::max<int64_t>(z.hi - a.lo, 0);
+  };
+  job.longest_last = block_keys(job.row_tiles - 1) > block_keys(0);
+
+  const int64_t items = job.row_tiles * p.batch * p.heads_q;
+  // The lambda captures two pointers, so std::function stores it inline:
+  // forward allocates nothing.
+  const Job* jp = &job;
+  const BlockFn run = select_block_fn();
+  auto body = [jp, run](int64_t item, int worker) { run(*jp, item, worker); };
+  if (ctx.pool != nullptr)
+    ctx.pool->parallel_for(items, body);
+  else
+    for (int64_t i = 0; i < items; ++i) body(i, 0);
+  return FMHA_SUCCESS;
+}
+
+}  // namespace fmha::cpu
