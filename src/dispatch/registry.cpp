@@ -18,6 +18,9 @@ namespace {
 // {max, multiple, only}, features, alignment, rank, supports, workspace, run.
 const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
+    {"cuda_sm80_tc", "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping",
+     FMHA_DEVICE_CUDA, 80, 999, kHalfDtypes, HeadDims{0, 1, {32, 64, 96, 128, 256}}, kFeatureAll, 16, 10,
+     cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
     {"cuda_generic", "general CUDA fallback: any head_dim <= 256, any strides, F32 too",
      FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureAll, 0, 50,
      cuda::generic_supports, cuda::generic_workspace_bytes, cuda::generic_forward},

@@ -6,4 +6,16 @@ list(APPEND FMHA_SOURCES
   backend/cuda/generic/generic_f16.cu
   backend/cuda/generic/generic_bf16.cu
   backend/cuda/generic/generic_f32.cu
+  # cuda_sm80_tc: tensor-core family, one TU per (dtype, head dim) plus the host dispatch
+  backend/cuda/sm80/sm80_forward.cu
+  backend/cuda/sm80/fwd_f16_d32.cu
+  backend/cuda/sm80/fwd_f16_d64.cu
+  backend/cuda/sm80/fwd_f16_d96.cu
+  backend/cuda/sm80/fwd_f16_d128.cu
+  backend/cuda/sm80/fwd_f16_d256.cu
+  backend/cuda/sm80/fwd_bf16_d32.cu
+  backend/cuda/sm80/fwd_bf16_d64.cu
+  backend/cuda/sm80/fwd_bf16_d96.cu
+  backend/cuda/sm80/fwd_bf16_d128.cu
+  backend/cuda/sm80/fwd_bf16_d256.cu
 )

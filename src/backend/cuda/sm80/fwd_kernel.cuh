@@ -1,0 +1,682 @@
+// The sm80 forward kernel, FlashAttention-2 data flow, composed of named
+// parts:
+//
+//   BlockWork      which (row tile, unit = batch x head slot, key split) a
+//                  CTA owns and which key tiles it visits (tiles outside the
+//                  rows' key range are never loaded; core/mask.h)
+//   TileLoader     global -> swizzled shared memory with 16-byte cp.async,
+//                  zero-filling rows past the sequence end
+//   WarpQK         S = Q K^T for the warp's rows: ldmatrix + mma.sync
+//   ScoreMask      softcap and the element-wise mask of boundary tiles
+//   OnlineSoftmax  the running max / sum and the rescale of O, in FP32
+//   WarpPV         O += P V with P taken from registers (no shared memory
+//                  round trip) and V through ldmatrix.trans
+//   Epilogue       O / l and lse, or the per-split partials
+//
+// Shared memory layout: every tile is [rows][kPitch] of 2-byte elements
+// (kPitch = D rounded up to 64) whose 16-byte chunk c of row r is stored at
+// chunk c ^ (r & 7). An ldmatrix 8x8 read (8 consecutive rows, one chunk)
+// and a cp.async warp write (8 consecutive chunks of a row per quarter warp)
+// then touch 8 distinct 16-byte bank groups: no bank conflicts, no padding.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/sm80/params.h"
+#include "backend/cuda/sm80/ptx.cuh"
+#include "backend/cuda/sm80/tile_config.h"
+#include "core/mask.h"
+
+namespace fmha::cuda::sm80 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kNegInf = -__builtin_huge_valf();
+
+// Byte offset of (row, 16-byte chunk) in a swizzled tile of kPitch-element
+// rows (kPitch a multiple of 64, so chunk ^ (row & 7) stays in the row).
+template <int kPitch>
+__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
+  static_assert(kPitch % 64 == 0, "8 chunks per swizzle group");
+  return static_cast<uint32_t>(row * kPitch * 2 + ((chunk ^ (row & 7)) << 4));
+}
+
+// ---------------------------------------------------------------------------
+// BlockWork: blockIdx.x -> (key split, unit, row tile). Splits vary fastest,
+// then units (batch, head slot; unpacked GQA heads sharing a KV head are
+// neighbours, so their K/V reads meet in L2), and row tiles run in reverse:
+// under a causal mask the last tiles see the most keys, so the longest CTAs
+// start first.
+// ---------------------------------------------------------------------------
+template <class Cfg>
+struct BlockWork {
+  int split;
+  int64_t unit;    // (batch, head slot) unit, see FwdParams::pack
+  int64_t b, hs, hk;
+  int m0;          // first row of the unit
+  int m_last;      // last valid row (< rows)
+  int t_begin;     // key tiles [t_begin, t_end) of this CTA
+  int t_end;
+  int lo_max;      // a tile [n0, n0 + kBlockN) with n0 >= lo_max and
+  int hi_min;      // n0 + kBlockN <= hi_min needs no element-wise mask
+
+  __device__ static BlockWork make(const FwdParams& p) {
+    BlockWork w;
+    int64_t blk = blockIdx.x;
+    w.split = static_cast<int>(blk % p.num_splits);
+    blk /= p.num_splits;
+    w.unit = blk % p.units;
+    const int m_tile = p.num_m_tiles - 1 - static_cast<int>(blk / p.units);
+    const int64_t slots = p.heads_q / p.pack;
+    w.b = w.unit / slots;
+    w.hs = w.unit % slots;
+    w.hk = w.hs * p.pack / p.group;
+    w.m0 = m_tile * Cfg::kBlockM;
+    w.m_last = min(w.m0 + Cfg::kBlockM, p.rows) - 1;
+    // Both ends of the key range are non-decreasing in the query, and the
+    // query r / pack is non-decreasing in the row (mask.h): the rows
+    // [m0, m_last] need keys [lo(first), hi(last)); a tile is wholly visible
+    // to all of them when it lies inside [lo(last), hi(first)).
+    const KeyRange first = key_range(w.m0 / p.pack, p.seq_k, p.diag_offset, p.window_left, p.window_right);
+    const KeyRange last = key_range(w.m_last / p.pack, p.seq_k, p.diag_offset, p.window_left, p.window_right);
+    const int n_begin = static_cast<int>(first.lo);
+    const int n_end = static_cast<int>(last.hi);
+    int t_begin = n_begin / Cfg::kBlockN;
+    int t_end = n_end > n_begin ? (n_end + Cfg::kBlockN - 1) / Cfg::kBlockN : t_begin;
+    if (p.num_splits > 1) {
+      const int total = t_end - t_begin;
+      const int per = (total + p.num_splits - 1) / p.num_splits;
+      const int s_begin = t_begin + min(total, w.split * per);
+      t_end = t_begin + min(total, (w.split + 1) * per);
+      t_begin = s_begin;
+    }
+    w.t_begin = t_begin;
+    w.t_end = t_end;
+    w.lo_max = static_cast<int>(last.lo);
+    w.hi_min = static_cast<int>(first.hi);
+    return w;
+  }
+
+  // Head and query of row r (< rows) of this unit.
+  __device__ void locate(const FwdParams& p, int r, int64_t* h, int* i) const {
+    *h = hs * p.pack + r % p.pack;
+    *i = r / p.pack;
+  }
+};
+
+// ---------------------------------------------------------------------------
+// TileLoader: kRows x kHeadDim elements of a [seq][D] operand (row stride
+// `stride` elements, head_dim stride 1) into a swizzled shared tile. Thread
+// t copies chunk t % kChunks of rows t / kChunks + pass * kRowsPerPass (when
+// whole rows fit a pass), so a warp reads whole row segments (coalesced;
+// 16-byte copies need the registry row's 16-byte alignment). Rows at or past
+// `n` are zero-filled: K tails give score 0 (then masked), V tails give 0
+// contributions instead of garbage times a zero probability.
+// ---------------------------------------------------------------------------
+template <class T, class Cfg, int kRows>
+struct TileLoader {
+  static constexpr int kChunks = Cfg::kHeadDim / 8;  // 16-byte chunks per row
+  static constexpr int kTotal = kRows * kChunks;
+  static constexpr int kPasses = (kTotal + Cfg::kThreads - 1) / Cfg::kThreads;
+  // Row-stepped paths: a pass covers whole rows, so a thread keeps its chunk
+  // and steps its row by kRowsPerPass; when that is a multiple of 8 the
+  // swizzle phase is the same in every pass too. Otherwise (D = 96) the
+  // generic walk divides the linear chunk index.
+  static constexpr bool kRowStepped = Cfg::kThreads % kChunks == 0 && kTotal % Cfg::kThreads == 0;
+  static constexpr int kRowsPerPass = Cfg::kThreads / kChunks;
+  static constexpr bool kRowAligned = kRowStepped && kRowsPerPass % 8 == 0;
+
+  // The (row, chunk) of the thread's copy in pass `pass` (generic path).
+  __device__ static bool at(int tid, int pass, int* r, int* c) {
+    const int idx = tid + pass * Cfg::kThreads;
+    *r = idx / kChunks;
+    *c = idx % kChunks;
+    return kTotal % Cfg::kThreads == 0 || idx < kTotal;
+  }
+
+  __device__ static void load(uint32_t smem_tile, const T* base, int64_t stride, int row0, int n,
+                              int tid) {
+    if constexpr (kRowAligned) {
+      const int c = tid % kChunks;
+      const int r = tid / kChunks;
+      const uint32_t dst = smem_tile + swizzle<Cfg::kPitch>(r, c);
+      const T* src = base + static_cast<int64_t>(row0 + r) * stride + c * 8;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const bool in = row0 + r + pass * kRowsPerPass < n;
+        const T* g = src + static_cast<int64_t>(pass * kRowsPerPass) * stride;
+        cp_async_16(dst + pass * kRowsPerPass * Cfg::kPitch * 2, in ? g : base, in);
+      }
+    } else if constexpr (kRowStepped) {
+      const int c = tid % kChunks;
+      const int r = tid / kChunks;
+      const T* src = base + static_cast<int64_t>(row0 + r) * stride + c * 8;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int rr = r + pass * kRowsPerPass;
+        const bool in = row0 + rr < n;
+        const T* g = src + static_cast<int64_t>(pass * kRowsPerPass) * stride;
+        cp_async_16(smem_tile + swizzle<Cfg::kPitch>(rr, c), in ? g : base, in);
+      }
+    } else {
+#pragma unroll 1  // a rolled loop: unrolled, the hoisted addresses spill
+      for (int pass = 0; pass < kPasses; ++pass) {
+        int r, c;
+        if (!at(tid, pass, &r, &c)) break;
+        const bool in = row0 + r < n;
+        const T* g = base + static_cast<int64_t>(row0 + r) * stride + c * 8;
+        cp_async_16(smem_tile + swizzle<Cfg::kPitch>(r, c), in ? g : base, in);
+      }
+    }
+  }
+
+  // Rows [row0, row0 + kRows) of a unit whose row r starts at row_ptr(r)
+  // (the Q tile under row packing); rows at or past n are zero-filled.
+  template <class RowPtr>
+  __device__ static void load_rows(uint32_t smem_tile, const T* valid, RowPtr row_ptr, int row0,
+                                   int n, int tid) {
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      int r, c;
+      if (!at(tid, pass, &r, &c)) break;
+      const bool in = row0 + r < n;
+      cp_async_16(smem_tile + swizzle<Cfg::kPitch>(r, c), in ? row_ptr(row0 + r) + c * 8 : valid, in);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Per-lane ldmatrix addresses. In an x4 ldmatrix lane l supplies the row
+// address of row (l % 8) of 8x8 matrix (l / 8); every row the lanes name has
+// row & 7 == l & 7, so the swizzle of chunk 2*k + x becomes (2*k) ^ phase
+// with a per-lane phase.
+// ---------------------------------------------------------------------------
+template <class Cfg>
+struct LaneAddr {
+  static constexpr int kRowBytes = Cfg::kPitch * 2;
+  // A operand (Q): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7),
+  // (rows 0-7, k 8-15), (rows 8-15, k 8-15) -> a0a1, a2a3, a4a5, a6a7.
+  uint32_t q_row;   // byte offset of the lane's row within slice 0
+  int q_phase;
+  // B operand (K, [key][dim]): (keys 0-7, k 0-7), (keys 0-7, k 8-15),
+  // (keys 8-15, k 0-7), (keys 8-15, k 8-15) -> b0b1, b2b3 of n8 tiles 0, 1.
+  uint32_t k_row;
+  int k_phase;
+  // B operand of P V (V, [key][dim], transposed by ldmatrix.trans):
+  // (keys 0-7, dims 0-7), (keys 8-15, dims 0-7), (keys 0-7, dims 8-15),
+  // (keys 8-15, dims 8-15) -> b0b1, b2b3 of n8 tiles 0, 1.
+  uint32_t v_row;
+  int v_phase;
+
+  __device__ LaneAddr(int warp, int lane) {
+    const int r8 = lane & 7;
+    q_row = static_cast<uint32_t>((warp * Cfg::kRowsPerWarp + (lane & 15)) * kRowBytes);
+    q_phase = (lane >> 4) ^ r8;
+    k_row = static_cast<uint32_t>((r8 + ((lane >> 4) << 3)) * kRowBytes);
+    k_phase = ((lane >> 3) & 1) ^ r8;
+    v_row = static_cast<uint32_t>((r8 + (((lane >> 3) & 1) << 3)) * kRowBytes);
+    v_phase = (lane >> 4) ^ r8;
+  }
+  // Byte offset of chunk c (a compile-time even number, 2 * k16 step) for a
+  // lane of swizzle phase `phase` (< 8): the part above the 8-chunk group is
+  // a constant, so only 4 phase-dependent values exist per operand.
+  __device__ static uint32_t chunk(int c, int phase) {
+    return static_cast<uint32_t>(((c & ~7) << 4) + (((c & 7) ^ phase) << 4));
+  }
+};
+
+// ---------------------------------------------------------------------------
+// WarpQK: s[ms][nt] = Q[rows of slice ms] . K[keys of n8 tile nt]^T over the
+// head dim, FP32 accumulation. Q fragments are re-read from shared memory
+// each k16 step (keeping Q in registers would cost 64 of the 255 registers at
+// D=128); each K fragment feeds all of the warp's m16 slices.
+// ---------------------------------------------------------------------------
+template <class T, class Cfg>
+struct WarpQK {
+  using Acc = float[Cfg::kMSlices][Cfg::kNTiles][4];
+  __device__ static void run(Acc& s, uint32_t sQ, uint32_t sK, const LaneAddr<Cfg>& a) {
+    constexpr int kRowBytes = Cfg::kPitch * 2;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+      uint32_t qf[Cfg::kMSlices][4];
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+        ldmatrix_x4(qf[ms], sQ + a.q_row + ms * 16 * kRowBytes + LaneAddr<Cfg>::chunk(2 * kk, a.q_phase));
+#pragma unroll
+      for (int np = 0; np < Cfg::kNTiles / 2; ++np) {
+        uint32_t kf[4];
+        ldmatrix_x4(kf, sK + a.k_row + np * 16 * kRowBytes + LaneAddr<Cfg>::chunk(2 * kk, a.k_phase));
+#pragma unroll
+        for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+          MmaType<T>::mma(s[ms][2 * np], qf[ms], kf[0], kf[1]);
+          MmaType<T>::mma(s[ms][2 * np + 1], qf[ms], kf[2], kf[3]);
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// ScoreMask. Accumulator layout of an m16n8 tile: lane l holds rows
+// l/4 (elements 0, 1) and l/4 + 8 (elements 2, 3), columns 2*(l%4) + {0, 1}.
+// ---------------------------------------------------------------------------
+template <class Cfg>
+struct ScoreMask {
+  using Acc = float[Cfg::kMSlices][Cfg::kNTiles][4];
+
+  // s -> cap * tanh(s * scale / cap), on the scaled logits, before the mask.
+  // tanh(x) = 1 - 2 / (e^(2x) + 1), |x| clamped to 15 (tanh(15) rounds to 1).
+  __device__ static void softcap(Acc& s, float cap_in, float cap_out) {
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float x = fminf(fmaxf(s[ms][nt][e] * cap_in, -15.f), 15.f);
+          const float t = 1.f - __fdividef(2.f, fast_exp2(2.f * kLog2e * x) + 1.f);
+          s[ms][nt][e] = cap_out * t;
+        }
+  }
+
+  // Keys outside row i's visible range [lo(i), hi(i)) (core/mask.h) -> -inf.
+  // Runs only on tiles that straddle a range edge or the sequence end.
+  __device__ static void apply(Acc& s, const FwdParams& p, int row0, int n0, int lane) {
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int i = (row0 + ms * 16 + (lane >> 2) + 8 * hh) / p.pack;  // the row's query
+        const KeyRange r = key_range(i, p.seq_k, p.diag_offset, p.window_left, p.window_right);
+        const int lo = static_cast<int>(r.lo) - n0;  // tile-relative
+        const int hi = static_cast<int>(r.hi) - n0;
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int j = nt * 8 + (lane & 3) * 2 + e;
+            if (j < lo || j >= hi) s[ms][nt][2 * hh + e] = kNegInf;
+          }
+      }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// OnlineSoftmax: the running state of the seed's section 4 for the lane's
+// 2 * kMSlices rows, in FP32 and in log2 units (exp(x) = 2^(x * c), c =
+// score_log2, with log2(e) folded into the scale so every exponential is
+// one FFMA + ex2). Per tile, in this order:
+//   1. the mask is already applied (-inf), so the tile max ignores hidden keys;
+//   2. m' = max(m, tile max)            (quad shuffle: 4 lanes share a row)
+//   3. if m' exceeds the reference max m by more than kRescaleLog2 in any row
+//      of the warp: alpha = 2^((m - m') c); O *= alpha; l *= alpha; m = m'
+//      (the old state is rescaled BEFORE this tile's P V is added);
+//   4. p = 2^((s - m) c); l += sum p    (l stays lane-partial until the end)
+// Step 3 is skipped while the max grows by less than kRescaleLog2: any
+// reference m works as long as O, l and lse use the same one (O = o / l and
+// lse = m c ln2 + ln l are exact for every m), and p <= 2^kRescaleLog2 = 256
+// stays far inside FP16/BF16 range. Past the first tiles the max rarely
+// moves that much, so the 128 FMULs of the O rescale mostly drop out.
+// A row with no visible key so far has m = -inf; it exponentiates against 0
+// instead, so -inf - (-inf) never makes NaN: p = 0, alpha = 0, O = l = 0.
+// ---------------------------------------------------------------------------
+constexpr float kRescaleLog2 = 8.f;
+
+template <class Cfg>
+struct OnlineSoftmax {
+  float m[Cfg::kMSlices][2];
+  float l[Cfg::kMSlices][2];
+
+  __device__ void init() {
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        m[ms][hh] = kNegInf;
+        l[ms][hh] = 0.f;
+      }
+  }
+
+  // s (scores) -> p (unnormalized probabilities), in place; o rescaled.
+  __device__ void update(float (&s)[Cfg::kMSlices][Cfg::kNTiles][4],
+                         float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], float c) {
+    float mx[Cfg::kMSlices][2];
+    bool grow = false;
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float x = m[ms][hh];
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+          x = fmaxf(x, fmaxf(s[ms][nt][2 * hh], s[ms][nt][2 * hh + 1]));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+        mx[ms][hh] = x;
+        // m = -inf, x finite: +inf > threshold; both -inf: NaN, false.
+        grow |= (x - m[ms][hh]) * c > kRescaleLog2;
+      }
+    if (__any_sync(0xffffffffu, grow)) {
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float x = mx[ms][hh];
+          const float alpha = fast_exp2(m[ms][hh] * c - (x == kNegInf ? 0.f : x * c));
+          m[ms][hh] = x;
+          l[ms][hh] *= alpha;
+#pragma unroll
+          for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
+            o[ms][dt][2 * hh] *= alpha;
+            o[ms][dt][2 * hh + 1] *= alpha;
+          }
+        }
+    }
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float base = m[ms][hh] == kNegInf ? 0.f : m[ms][hh] * c;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pv = fast_exp2(fmaf(s[ms][nt][2 * hh + e], c, -base));
+            s[ms][nt][2 * hh + e] = pv;
+            sum += pv;
+          }
+        l[ms][hh] += sum;
+      }
+  }
+
+  // The full row sums (the 4 lanes of a row hold partial sums).
+  __device__ void finish() {
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float x = l[ms][hh];
+        x += __shfl_xor_sync(0xffffffffu, x, 1);
+        x += __shfl_xor_sync(0xffffffffu, x, 2);
+        l[ms][hh] = x;
+      }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// WarpPV: o += P V. The accumulator of S tiles 2k and 2k+1 (keys 16k..16k+15)
+// is exactly the A fragment of k16 step k once packed to 16 bits: rows l/4
+// and l/4 + 8, keys 2*(l%4) + {0,1} and + 8. So P never leaves registers.
+// ---------------------------------------------------------------------------
+template <class T, class Cfg>
+struct WarpPV {
+  __device__ static void run(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
+                             const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV,
+                             const LaneAddr<Cfg>& a) {
+    constexpr int kRowBytes = Cfg::kPitch * 2;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+      uint32_t pf[Cfg::kMSlices][4];
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+        pf[ms][0] = MmaType<T>::pack(p[ms][2 * kk][0], p[ms][2 * kk][1]);
+        pf[ms][1] = MmaType<T>::pack(p[ms][2 * kk][2], p[ms][2 * kk][3]);
+        pf[ms][2] = MmaType<T>::pack(p[ms][2 * kk + 1][0], p[ms][2 * kk + 1][1]);
+        pf[ms][3] = MmaType<T>::pack(p[ms][2 * kk + 1][2], p[ms][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int dp = 0; dp < Cfg::kDTiles / 2; ++dp) {
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, sV + a.v_row + kk * 16 * kRowBytes + LaneAddr<Cfg>::chunk(2 * dp, a.v_phase));
+#pragma unroll
+        for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+          MmaType<T>::mma(o[ms][2 * dp], pf[ms], vf[0], vf[1]);
+          MmaType<T>::mma(o[ms][2 * dp + 1], pf[ms], vf[2], vf[3]);
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Epilogue: O = o / l (0 for a row that saw no key), lse = m c ln2 + ln l
+// (-inf for such a row). Unsplit: O goes through shared memory (the Q tile)
+// so global stores are 16-byte and coalesced. Split: FP32 partials of this
+// split straight from registers; the combine kernel merges them.
+// ---------------------------------------------------------------------------
+template <class T, class Cfg>
+struct Epilogue {
+  __device__ static void run(const FwdParams& p, const BlockWork<Cfg>& w,
+                             float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
+                             const OnlineSoftmax<Cfg>& sm, unsigned char* smem, int warp,
+                             int lane, int tid) {
+    constexpr int D = Cfg::kHeadDim;
+    const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);
+    const float lse_scale = p.score_log2 * kLn2;
+    float lse[Cfg::kMSlices][2];
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float l = sm.l[ms][hh];
+        const bool any = l > 0.f;
+        const float inv = any ? 1.f / l : 0.f;
+        lse[ms][hh] = any ? sm.m[ms][hh] * lse_scale + logf(l) : kNegInf;
+#pragma unroll
+        for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
+          o[ms][dt][2 * hh] *= inv;
+          o[ms][dt][2 * hh + 1] *= inv;
+        }
+      }
+
+    if (p.num_splits > 1) {
+      const int64_t part = (static_cast<int64_t>(w.split) * p.units + w.unit) * p.rows;
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = w.m0 + row_local0 + ms * 16 + 8 * hh;
+          if (r >= p.rows) continue;
+          float* orow = p.o_partial + (part + r) * D + (lane & 3) * 2;
+#pragma unroll
+          for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+            *reinterpret_cast<float2*>(orow + dt * 8) = make_float2(o[ms][dt][2 * hh], o[ms][dt][2 * hh + 1]);
+          if ((lane & 3) == 0) p.lse_partial[part + r] = lse[ms][hh];
+        }
+      return;
+    }
+
+    if (p.lse != nullptr && (lane & 3) == 0) {
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = w.m0 + row_local0 + ms * 16 + 8 * hh;
+          if (r >= p.rows) continue;
+          int64_t h;
+          int i;
+          w.locate(p, r, &h, &i);
+          p.lse[(w.b * p.heads_q + h) * p.seq_q + i] = lse[ms][hh];
+        }
+    }
+
+    // Registers -> shared (the Q tile; every warp is past its last Q read).
+    __syncthreads();
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row_local0 + ms * 16 + 8 * hh;
+#pragma unroll
+        for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+          *reinterpret_cast<uint32_t*>(smem + swizzle<Cfg::kPitch>(r, dt) + (lane & 3) * 4) =
+              MmaType<T>::pack(o[ms][dt][2 * hh], o[ms][dt][2 * hh + 1]);
+      }
+    __syncthreads();
+    // Shared -> global, 16 bytes per thread, rows past the unit's end skipped.
+    using Out = TileLoader<T, Cfg, Cfg::kBlockM>;  // the same (row, chunk) walk
+    T* out = static_cast<T*>(p.o) + w.b * p.o_stride[0];
+#pragma unroll
+    for (int pass = 0; pass < Out::kPasses; ++pass) {
+      int r, c;
+      if (!Out::at(tid, pass, &r, &c)) break;
+      if (w.m0 + r >= p.rows) continue;
+      int64_t h = w.hs;
+      int i = w.m0 + r;
+      if (p.pack != 1) w.locate(p, w.m0 + r, &h, &i);
+      *reinterpret_cast<uint4*>(out + h * p.o_stride[1] + static_cast<int64_t>(i) * p.o_stride[2] + c * 8) =
+          *reinterpret_cast<const uint4*>(smem + swizzle<Cfg::kPitch>(r, c));
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// The kernel: one CTA = kBlockM query rows of one (batch, head), one key split.
+// Pipeline (kStages = 2): K and V of tile t+1 are in flight while tile t is
+// computed; cp.async groups are committed K, V, K, V, ... so "K of t ready"
+// is wait_group(1) and "V of t ready" is wait_group(2) after t+1's commits.
+// ---------------------------------------------------------------------------
+template <class T, class Cfg, bool kSoftcap>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
+    fwd_kernel(const __grid_constant__ FwdParams p) {
+  static_assert(Cfg::kStages == 2, "the wait_group counts below assume two stages");
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+
+  const BlockWork<Cfg> w = BlockWork<Cfg>::make(p);
+  const T* q = static_cast<const T*>(p.q) + w.b * p.q_stride[0];
+  const T* k = static_cast<const T*>(p.k) + w.b * p.k_stride[0] + w.hk * p.k_stride[1];
+  const T* v = static_cast<const T*>(p.v) + w.b * p.v_stride[0] + w.hk * p.v_stride[1];
+
+  const uint32_t sQ = smem_u32(smem);
+  const uint32_t sK = sQ + Cfg::kSmemQ;                     // + stage * kSmemKV
+  const uint32_t sV = sK + Cfg::kStages * Cfg::kSmemKV;     // + stage * kSmemKV
+  using QLoader = TileLoader<T, Cfg, Cfg::kBlockM>;
+  using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
+
+  // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next.
+  if (p.pack == 1) {
+    QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, p.rows, tid);
+  } else {
+    QLoader::load_rows(
+        sQ, q,
+        [&](int r) {
+          int64_t h;
+          int i;
+          w.locate(p, r, &h, &i);
+          return q + h * p.q_stride[1] + static_cast<int64_t>(i) * p.q_stride[2];
+        },
+        w.m0, p.rows, tid);
+  }
+  if (w.t_begin < w.t_end) KVLoader::load(sK, k, p.k_stride[2], w.t_begin * Cfg::kBlockN, p.seq_k, tid);
+  cp_async_commit();
+  if (w.t_begin < w.t_end) KVLoader::load(sV, v, p.v_stride[2], w.t_begin * Cfg::kBlockN, p.seq_k, tid);
+  cp_async_commit();
+
+  const LaneAddr<Cfg> addr(warp, lane);
+  const int row0 = w.m0 + warp * Cfg::kRowsPerWarp;  // the warp's first row
+  float o[Cfg::kMSlices][Cfg::kDTiles][4];
+#pragma unroll
+  for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+    for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[ms][dt][e] = 0.f;
+  OnlineSoftmax<Cfg> sm;
+  sm.init();
+
+  for (int t = w.t_begin; t < w.t_end; ++t) {
+    const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
+    const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
+    cp_async_wait<1>();  // K[t] landed (this thread's part) ...
+    __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
+    const int n_next = (t + 1) * Cfg::kBlockN;
+    if (t + 1 < w.t_end) KVLoader::load(sK + next, k, p.k_stride[2], n_next, p.seq_k, tid);
+    cp_async_commit();
+    if (t + 1 < w.t_end) KVLoader::load(sV + next, v, p.v_stride[2], n_next, p.seq_k, tid);
+    cp_async_commit();
+
+    float s[Cfg::kMSlices][Cfg::kNTiles][4];
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
+    WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
+
+    if constexpr (kSoftcap) ScoreMask<Cfg>::softcap(s, p.softcap_in, p.softcap_out);
+    const int n0 = t * Cfg::kBlockN;
+    if (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min) ScoreMask<Cfg>::apply(s, p, row0, n0, lane);
+    sm.update(s, o, p.score_log2);
+
+    cp_async_wait<2>();  // V[t] landed
+    __syncthreads();
+    WarpPV<T, Cfg>::run(o, s, sV + stage, addr);
+  }
+  cp_async_wait<0>();
+  sm.finish();
+  Epilogue<T, Cfg>::run(p, w, o, sm, smem, warp, lane, tid);
+}
+
+// ---------------------------------------------------------------------------
+// Split-KV combine: one warp per (batch*head, row). With per-split normalized
+// o_s and lse_s, the merge of section 4 over splits is
+//   M = max_s lse_s,  w_s = e^(lse_s - M),  O = sum w_s o_s / sum w_s,
+//   lse = M + ln(sum w_s);   all lse_s = -inf -> O = 0, lse = -inf.
+// ---------------------------------------------------------------------------
+template <class T, int kHeadDim>
+__global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ FwdParams p) {
+  // Lane l handles the column pairs l, l + 32, ... (coalesced float2 / 2 x 16-bit).
+  constexpr int kPairs = kHeadDim / 2;
+  constexpr int kIters = (kPairs + 31) / 32;
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = p.units * p.rows;  // every (unit, row)
+  for (int64_t x = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; x < rows;
+       x += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
+    float mx = kNegInf;
+    for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, p.lse_partial[s * rows + x]);
+    float2 acc[kIters];
+#pragma unroll
+    for (int e = 0; e < kIters; ++e) acc[e] = make_float2(0.f, 0.f);
+    float sum = 0.f;
+    if (mx != kNegInf) {
+      for (int s = 0; s < p.num_splits; ++s) {
+        const float wgt = expf(p.lse_partial[s * rows + x] - mx);
+        sum += wgt;
+        const float2* src = reinterpret_cast<const float2*>(p.o_partial + (s * rows + x) * kHeadDim);
+#pragma unroll
+        for (int e = 0; e < kIters; ++e) {
+          const int pair = lane + 32 * e;
+          if (kPairs % 32 != 0 && pair >= kPairs) break;
+          const float2 v = src[pair];
+          acc[e].x += wgt * v.x;
+          acc[e].y += wgt * v.y;
+        }
+      }
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    const int64_t unit = x / p.rows;
+    const int r = static_cast<int>(x % p.rows);
+    const int64_t slots = p.heads_q / p.pack;
+    const int64_t b = unit / slots;
+    const int64_t h = (unit % slots) * p.pack + r % p.pack;
+    const int64_t i = r / p.pack;
+    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
+#pragma unroll
+    for (int e = 0; e < kIters; ++e) {
+      const int pair = lane + 32 * e;
+      if (kPairs % 32 != 0 && pair >= kPairs) break;
+      *reinterpret_cast<uint32_t*>(out + 2 * pair) = MmaType<T>::pack(acc[e].x * inv, acc[e].y * inv);
+    }
+    if (p.lse != nullptr && lane == 0)
+      p.lse[(b * p.heads_q + h) * p.seq_q + i] = sum > 0.f ? mx + logf(sum) : kNegInf;
+  }
+}
+
+}  // namespace fmha::cuda::sm80
