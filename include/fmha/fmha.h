@@ -66,7 +66,11 @@ typedef enum fmha_status {
 #define FMHA_STATUS_ENUM_(name, value, text) FMHA_##name = value,
   FMHA_STATUS_MAP(FMHA_STATUS_ENUM_)
 #undef FMHA_STATUS_ENUM_
-  FMHA_STATUS_COUNT_ /* not a status; one past the last value */
+  FMHA_STATUS_COUNT_, /* not a status; one past the last value */
+  /* Not a status: keeps the enum 32 bits wide with every int value valid,
+   * so a caller's out-of-range value can be checked without undefined
+   * behaviour (likewise the other enums' _MAX_ENUM_). */
+  FMHA_STATUS_MAX_ENUM_ = 0x7fffffff
 } fmha_status;
 
 /* A static description of a status value; "unknown status" for others.
@@ -84,12 +88,14 @@ FMHA_API const char* fmha_last_error_message(void);
 typedef enum fmha_dtype {
   FMHA_DTYPE_F16 = 1,
   FMHA_DTYPE_BF16 = 2,
-  FMHA_DTYPE_F32 = 3
+  FMHA_DTYPE_F32 = 3,
+  FMHA_DTYPE_MAX_ENUM_ = 0x7fffffff /* not a dtype */
 } fmha_dtype;
 
 typedef enum fmha_device_kind {
   FMHA_DEVICE_CPU = 0,
-  FMHA_DEVICE_CUDA = 1
+  FMHA_DEVICE_CUDA = 1,
+  FMHA_DEVICE_MAX_ENUM_ = 0x7fffffff /* not a device kind */
 } fmha_device_kind;
 
 /* A strided 4-D view. Logical order [batch, heads, seq, head_dim]; strides

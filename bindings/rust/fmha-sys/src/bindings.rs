@@ -16,6 +16,7 @@ pub const FMHA_ERROR_DEVICE: fmha_status = 5;
 pub const FMHA_ERROR_NOT_AVAILABLE: fmha_status = 6;
 pub const FMHA_ERROR_INTERNAL: fmha_status = 7;
 pub const FMHA_STATUS_COUNT_: fmha_status = 8;
+pub const FMHA_STATUS_MAX_ENUM_: fmha_status = 2147483647;
 pub type fmha_status = ::std::os::raw::c_uint;
 extern "C" {
     pub fn fmha_status_string(status: fmha_status) -> *const ::std::os::raw::c_char;
@@ -26,9 +27,11 @@ extern "C" {
 pub const FMHA_DTYPE_F16: fmha_dtype = 1;
 pub const FMHA_DTYPE_BF16: fmha_dtype = 2;
 pub const FMHA_DTYPE_F32: fmha_dtype = 3;
+pub const FMHA_DTYPE_MAX_ENUM_: fmha_dtype = 2147483647;
 pub type fmha_dtype = ::std::os::raw::c_uint;
 pub const FMHA_DEVICE_CPU: fmha_device_kind = 0;
 pub const FMHA_DEVICE_CUDA: fmha_device_kind = 1;
+pub const FMHA_DEVICE_MAX_ENUM_: fmha_device_kind = 2147483647;
 pub type fmha_device_kind = ::std::os::raw::c_uint;
 #[repr(C)]
 pub struct fmha_tensor {
