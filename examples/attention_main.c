@@ -238,7 +238,11 @@ int main(int argc, char** argv) {
          (long long)batch, (long long)heads, (long long)n, (long long)dim,
          dtype == FMHA_DTYPE_F16 ? "FP16" : "BF16");
   printf("kernel: %s\n", chosen ? chosen + 8 : "?");
-  printf("time: %.3f ms  (%.1f TFLOP/s on the causal count)\n", best * 1e3, flops / best / 1e12);
+  const double rate = flops / best;
+  if (rate >= 1e12)
+    printf("time: %.3f ms  (%.1f TFLOP/s on the causal count)\n", best * 1e3, rate / 1e12);
+  else
+    printf("time: %.3f ms  (%.1f GFLOP/s on the causal count)\n", best * 1e3, rate / 1e9);
   printf("error vs float64 reference (sampled rows): rel_l2=%.3e max_abs=%.3e unwritten=%d\n", rel_l2,
          max_abs, unwritten);
   const double tolerance = dtype == FMHA_DTYPE_F16 ? 2e-3 : 1e-2;

@@ -1,0 +1,18 @@
+# Fails when libfmha.so exports anything but the C API (fmha_*) and its
+# version node. Invoked by ctest with NM and LIB.
+execute_process(COMMAND ${NM} -D --defined-only ${LIB} OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${NM} -D ${LIB} failed")
+endif()
+string(REPLACE "\n" ";" lines "${out}")
+set(count 0)
+foreach(line IN LISTS lines)
+  if(line MATCHES "^[0-9a-fA-F]* *[A-Za-z] ([^ ]+)$")
+    set(sym ${CMAKE_MATCH_1})
+    if(NOT sym MATCHES "^(fmha_|FMHA_)")
+      message(FATAL_ERROR "libfmha exports ${sym}: only the C API may be exported (src/fmha.map)")
+    endif()
+    math(EXPR count "${count} + 1")
+  endif()
+endforeach()
+message(STATUS "libfmha exports ${count} symbols, all of the C API")
