@@ -1,6 +1,10 @@
 # CUDA sources, included from src/CMakeLists.txt when FMHA_WITH_CUDA is on.
 # One translation unit per family key keeps compile time bounded.
 list(APPEND FMHA_SOURCES
+  # common: primitives shared by the families (split-KV combine, one TU for
+  # all output types; the shared-memory opt-in)
+  backend/cuda/common/smem_opt_in.cpp
+  backend/cuda/common/split_combine.cu
   # cuda_generic: exact CUDA-core fallback, one TU per dtype
   backend/cuda/generic/generic.cpp
   backend/cuda/generic/generic_f16.cu

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/common/split_combine.h"
 #include "backend/cuda/generic/generic_config.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
@@ -26,18 +27,6 @@ int auto_splits(int64_t base_ctas, int64_t key_tiles, int num_sms) {
   if (s > by_keys) s = by_keys;
   if (s > kMaxSplits) s = kMaxSplits;
   return s < 1 ? 1 : static_cast<int>(s);
-}
-
-// Workspace bytes for `splits` partial states of `rows` rows, or false on
-// overflow.
-bool split_workspace(int64_t splits, int64_t rows, int64_t head_dim, size_t* bytes) {
-  uint64_t n;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(splits), static_cast<uint64_t>(rows), &n) ||
-      __builtin_mul_overflow(n, static_cast<uint64_t>(head_dim + 2) * sizeof(float), &n) ||
-      n > SIZE_MAX)
-    return false;
-  *bytes = static_cast<size_t>(n);
-  return true;
 }
 
 }  // namespace
@@ -72,7 +61,7 @@ GenericPlan make_plan(const Problem& p, const DeviceInfo& dev) {
     splits = auto_splits(base, key_tiles, dev.num_sms);
   }
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
-  if (splits > 1 && !split_workspace(splits, rows, p.head_dim, &plan.workspace)) splits = 1;
+  if (splits > 1 && !split_partials_bytes(splits, rows, p.head_dim, &plan.workspace)) splits = 1;
   if (splits <= 1) {
     splits = 1;
     plan.workspace = 0;
@@ -129,14 +118,7 @@ fmha_status generic_forward(const Problem& p, const LaunchContext& ctx) {
   prm.rows = p.batch * p.heads_q * p.seq_q;
   prm.head_dim = static_cast<int>(p.head_dim);
   prm.splits = plan.splits;
-  if (plan.splits > 1) {
-    // [splits][rows][head_dim] o, then [splits][rows] m, then l; every part
-    // starts 4-byte aligned and the base is 16-byte aligned.
-    const int64_t slots = static_cast<int64_t>(plan.splits) * prm.rows;
-    prm.ws_o = static_cast<float*>(ctx.workspace);
-    prm.ws_m = prm.ws_o + slots * p.head_dim;
-    prm.ws_l = prm.ws_m + slots;
-  }
+  if (plan.splits > 1) prm.ws = split_partials_in(ctx.workspace, plan.splits, prm.rows, p.head_dim);
   prm.q_scale = p.scale;
   if (p.softcap != 0.f) {
     prm.softcap = p.softcap;

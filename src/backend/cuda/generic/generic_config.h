@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/common/split_combine.h"
 #include "core/device_info.h"
 #include "core/problem.h"
 
@@ -73,6 +74,8 @@ static_assert(smem_bytes(kConfigs[0]) <= kSmemSm86 && smem_bytes(kConfigs[2]) <=
 // Splits of the key range are capped so the workspace stays bounded, and the
 // automatic choice gives each split at least this many key tiles.
 constexpr int kMaxSplits = 128;
+static_assert(kMaxSplits <= kCombineMaxSplits, "the shared combine merges at most kCombineMaxSplits");
+static_assert(kConfigs[kConfigCount - 1].head_dim_max <= kCombineMaxHeadDim, "the shared combine's head dims");
 constexpr int kMinTilesPerSplit = 4;
 // Largest grid launched; work items beyond it are taken by a grid-stride
 // loop, so no problem size can overflow a grid dimension.
@@ -84,7 +87,7 @@ struct GenericPlan {
   int64_t q_blocks = 0;  // query blocks per (batch, head)
   int splits = 1;        // key-range splits (1 = no combine pass)
   int64_t work = 0;      // CTAs' worth of work: q_blocks * batch * heads_q * splits
-  size_t workspace = 0;  // bytes: partial O, row max and row sum per split
+  size_t workspace = 0;  // bytes: the split partials (common/split_combine.h)
 };
 
 // The plan for p on dev. plan.config == -1 when no config's shared memory
@@ -99,9 +102,7 @@ struct GenericParams {
   void* o;
   int64_t q_stride[4], k_stride[4], v_stride[4], o_stride[4];
   float* lse;    // [batch, heads_q, seq_q] or null
-  float* ws_o;   // [splits][rows][head_dim] partial o (splits > 1)
-  float* ws_m;   // [splits][rows] row max of the logits
-  float* ws_l;   // [splits][rows] row sum
+  SplitPartials ws;  // splits > 1: o, m, l per split and row (common/split_combine.h)
   int64_t batch, heads_q, seq_q, seq_k;
   int64_t group;      // heads_q / heads_kv
   int64_t diag_offset, window_left, window_right;

@@ -14,17 +14,18 @@
 // visible error in the probabilities.
 //
 // With splits > 1 each CTA writes its unnormalized o, row max m and row sum
-// l to the workspace and generic_combine_kernel merges the splits with the
-// same equations.
+// l to the workspace (the format of common/split_combine.h) and the shared
+// split-KV combine merges the splits with the same equations.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 
+#include "backend/cuda/common/smem_opt_in.h"
+#include "backend/cuda/common/split_combine.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/generic/generic_config.h"
 #include "core/error.h"
@@ -317,78 +318,19 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
           p.lse[row] = l_row > 0.f ? m[r] + logf(l_row) : -INFINITY;
       } else {
         const int64_t slot = split * p.rows + row;
-        float* wo = p.ws_o + slot * D;
+        float* wo = p.ws.o + slot * D;
 #pragma unroll
         for (int c = 0; c < kC; ++c) {
           const int d = lane + kThreadsPerWarp * c;
           if (d < D) wo[d] = o[r][c];
         }
         if (lane == 0) {
-          p.ws_m[slot] = m[r];
-          p.ws_l[slot] = l_row;
+          p.ws.m[slot] = m[r];
+          p.ws.l[slot] = l_row;
         }
       }
     }
   }
-}
-
-// Merges the splits of each row with the seed's equations: M = max_s m_s,
-// L = sum_s l_s e^(m_s - M), O = sum_s o_s e^(m_s - M) / L. One warp per row,
-// splits in a fixed order (deterministic).
-constexpr int kCombineWarps = 4;
-
-template <typename T>
-__global__ void __launch_bounds__(kCombineWarps * kThreadsPerWarp)
-    generic_combine_kernel(const GenericParams p) {
-  const int lane = threadIdx.x % kThreadsPerWarp;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kCombineWarps + threadIdx.x / kThreadsPerWarp;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * kCombineWarps;
-  T* og = static_cast<T*>(p.o);
-  for (int64_t row = first; row < p.rows; row += step) {
-    const int64_t i = row % p.seq_q;
-    const int64_t bh = row / p.seq_q;
-    const int64_t h = bh % p.heads_q;
-    const int64_t b = bh / p.heads_q;
-    float mx = -INFINITY;
-    for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, p.ws_m[s * p.rows + row]);
-    T* orow = og + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
-    if (mx == -INFINITY) {  // no split saw a key
-      for (int d = lane; d < p.head_dim; d += kThreadsPerWarp) orow[d * p.o_stride[3]] = from_float<T>(0.f);
-      if (p.lse != nullptr && lane == 0) p.lse[row] = -INFINITY;
-      continue;
-    }
-    float sum = 0.f;
-    for (int s = 0; s < p.splits; ++s) {
-      const int64_t slot = s * p.rows + row;
-      sum = fmaf(p.ws_l[slot], exp2f((p.ws_m[slot] - mx) * kLog2e), sum);
-    }
-    const float inv = 1.f / sum;
-    for (int d = lane; d < p.head_dim; d += kThreadsPerWarp) {
-      float acc = 0.f;
-      for (int s = 0; s < p.splits; ++s) {
-        const int64_t slot = s * p.rows + row;
-        acc = fmaf(p.ws_o[slot * p.head_dim + d], exp2f((p.ws_m[slot] - mx) * kLog2e), acc);
-      }
-      orow[d * p.o_stride[3]] = from_float<T>(acc * inv);
-    }
-    if (p.lse != nullptr && lane == 0) p.lse[row] = mx + logf(sum);
-  }
-}
-
-// Raises a kernel's dynamic shared-memory limit once per device (the call
-// is cheap but needless on every forward). `done` is the caller's per-kernel
-// bit set of devices already raised; devices past 63 are raised every time.
-template <typename Kernel>
-fmha_status allow_smem(Kernel kernel, size_t bytes, int ordinal, std::atomic<uint64_t>* done) {
-  const uint64_t bit = ordinal >= 0 && ordinal < 64 ? uint64_t{1} << ordinal : 0;
-  if (bit != 0 && (done->load(std::memory_order_relaxed) & bit)) return FMHA_SUCCESS;
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (err != cudaSuccess)
-    return fail(FMHA_ERROR_DEVICE, "cudaFuncSetAttribute(%zu bytes of shared memory): %s", bytes,
-                cudaGetErrorString(err));
-  done->fetch_or(bit, std::memory_order_relaxed);
-  return FMHA_SUCCESS;
 }
 
 // Launches config kCfg of kConfigs for element type T.
@@ -397,20 +339,27 @@ fmha_status launch_config(const GenericParams& prm, const GenericPlan& plan, con
   constexpr GenericConfig c = kConfigs[kCfg];
   constexpr size_t smem = smem_bytes(c);
   auto kernel = generic_attention_kernel<T, c.head_dim_max, c.rows_per_warp, c.keys_per_lane, c.warps>;
-  static std::atomic<uint64_t> smem_raised{0};  // one per instantiation, i.e. per kernel
-  fmha_status s = allow_smem(kernel, smem, ctx.device->ordinal, &smem_raised);
+  static SmemOptIn opt_in;  // one per instantiation, i.e. per kernel
+  fmha_status s = opt_in.ensure(reinterpret_cast<const void*>(kernel), smem, ctx.device->ordinal,
+                                "cuda_generic attention");
   if (s != FMHA_SUCCESS) return s;
   const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
   const int64_t grid = plan.work < kMaxGrid ? plan.work : kMaxGrid;
   kernel<<<static_cast<unsigned>(grid), c.warps * kThreadsPerWarp, smem, stream>>>(prm);
-  if ((s = check_launch("cuda_generic attention")) != FMHA_SUCCESS) return s;
-  if (plan.splits > 1) {
-    const int64_t blocks = (prm.rows + kCombineWarps - 1) / kCombineWarps;
-    const int64_t cgrid = blocks < kMaxGrid ? blocks : kMaxGrid;
-    generic_combine_kernel<T><<<static_cast<unsigned>(cgrid), kCombineWarps * kThreadsPerWarp, 0, stream>>>(prm);
-    if ((s = check_launch("cuda_generic split combine")) != FMHA_SUCCESS) return s;
-  }
-  return FMHA_SUCCESS;
+  if ((s = check_launch("cuda_generic attention")) != FMHA_SUCCESS || plan.splits == 1) return s;
+  // Partial row = (batch * heads_q + head) * seq_q + query: pack 1.
+  SplitCombineParams cp{};
+  cp.part = prm.ws;
+  cp.o = prm.o;
+  for (int d = 0; d < 4; ++d) cp.o_stride[d] = prm.o_stride[d];
+  cp.lse = prm.lse;
+  cp.heads_q = prm.heads_q;
+  cp.seq_q = prm.seq_q;
+  cp.rows = prm.rows;
+  cp.pack = 1;
+  cp.head_dim = prm.head_dim;
+  cp.splits = plan.splits;
+  return launch_split_combine<T>(cp, stream);
 }
 
 // Launches plan.config for element type T (instantiated once per dtype in

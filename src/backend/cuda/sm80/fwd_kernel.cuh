@@ -444,8 +444,9 @@ struct WarpPV {
 // ---------------------------------------------------------------------------
 // Epilogue: O = o / l (0 for a row that saw no key), lse = m c ln2 + ln l
 // (-inf for such a row). Unsplit: O goes through shared memory (the Q tile)
-// so global stores are 16-byte and coalesced. Split: FP32 partials of this
-// split straight from registers; the combine kernel merges them.
+// so global stores are 16-byte and coalesced. Split: this split's running
+// state (o unnormalized, m in natural units, l) straight from registers in
+// the format of common/split_combine.h, whose combine merges the splits.
 // ---------------------------------------------------------------------------
 template <class T, class Cfg>
 struct Epilogue {
@@ -455,7 +456,28 @@ struct Epilogue {
                              int lane, int tid) {
     constexpr int D = Cfg::kHeadDim;
     const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);
-    const float lse_scale = p.score_log2 * kLn2;
+    const float lse_scale = p.score_log2 * kLn2;  // raw-score units of m -> natural units
+
+    if (p.num_splits > 1) {
+      const int64_t part = (static_cast<int64_t>(w.split) * p.units + w.unit) * p.rows;
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = w.m0 + row_local0 + ms * 16 + 8 * hh;
+          if (r >= p.rows) continue;
+          float* orow = p.o_partial + (part + r) * D + (lane & 3) * 2;
+#pragma unroll
+          for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+            *reinterpret_cast<float2*>(orow + dt * 8) = make_float2(o[ms][dt][2 * hh], o[ms][dt][2 * hh + 1]);
+          if ((lane & 3) == 0) {
+            p.m_partial[part + r] = sm.m[ms][hh] * lse_scale;  // -inf stays -inf (no key)
+            p.l_partial[part + r] = sm.l[ms][hh];
+          }
+        }
+      return;
+    }
+
     float lse[Cfg::kMSlices][2];
 #pragma unroll
     for (int ms = 0; ms < Cfg::kMSlices; ++ms)
@@ -471,23 +493,6 @@ struct Epilogue {
           o[ms][dt][2 * hh + 1] *= inv;
         }
       }
-
-    if (p.num_splits > 1) {
-      const int64_t part = (static_cast<int64_t>(w.split) * p.units + w.unit) * p.rows;
-#pragma unroll
-      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = w.m0 + row_local0 + ms * 16 + 8 * hh;
-          if (r >= p.rows) continue;
-          float* orow = p.o_partial + (part + r) * D + (lane & 3) * 2;
-#pragma unroll
-          for (int dt = 0; dt < Cfg::kDTiles; ++dt)
-            *reinterpret_cast<float2*>(orow + dt * 8) = make_float2(o[ms][dt][2 * hh], o[ms][dt][2 * hh + 1]);
-          if ((lane & 3) == 0) p.lse_partial[part + r] = lse[ms][hh];
-        }
-      return;
-    }
 
     if (p.lse != nullptr && (lane & 3) == 0) {
 #pragma unroll
@@ -622,61 +627,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   cp_async_wait<0>();
   sm.finish();
   Epilogue<T, Cfg>::run(p, w, o, sm, smem, warp, lane, tid);
-}
-
-// ---------------------------------------------------------------------------
-// Split-KV combine: one warp per (batch*head, row). With per-split normalized
-// o_s and lse_s, the merge of section 4 over splits is
-//   M = max_s lse_s,  w_s = e^(lse_s - M),  O = sum w_s o_s / sum w_s,
-//   lse = M + ln(sum w_s);   all lse_s = -inf -> O = 0, lse = -inf.
-// ---------------------------------------------------------------------------
-template <class T, int kHeadDim>
-__global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ FwdParams p) {
-  // Lane l handles the column pairs l, l + 32, ... (coalesced float2 / 2 x 16-bit).
-  constexpr int kPairs = kHeadDim / 2;
-  constexpr int kIters = (kPairs + 31) / 32;
-  const int lane = threadIdx.x & 31;
-  const int64_t rows = p.units * p.rows;  // every (unit, row)
-  for (int64_t x = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32; x < rows;
-       x += static_cast<int64_t>(gridDim.x) * blockDim.x / 32) {
-    float mx = kNegInf;
-    for (int s = 0; s < p.num_splits; ++s) mx = fmaxf(mx, p.lse_partial[s * rows + x]);
-    float2 acc[kIters];
-#pragma unroll
-    for (int e = 0; e < kIters; ++e) acc[e] = make_float2(0.f, 0.f);
-    float sum = 0.f;
-    if (mx != kNegInf) {
-      for (int s = 0; s < p.num_splits; ++s) {
-        const float wgt = expf(p.lse_partial[s * rows + x] - mx);
-        sum += wgt;
-        const float2* src = reinterpret_cast<const float2*>(p.o_partial + (s * rows + x) * kHeadDim);
-#pragma unroll
-        for (int e = 0; e < kIters; ++e) {
-          const int pair = lane + 32 * e;
-          if (kPairs % 32 != 0 && pair >= kPairs) break;
-          const float2 v = src[pair];
-          acc[e].x += wgt * v.x;
-          acc[e].y += wgt * v.y;
-        }
-      }
-    }
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    const int64_t unit = x / p.rows;
-    const int r = static_cast<int>(x % p.rows);
-    const int64_t slots = p.heads_q / p.pack;
-    const int64_t b = unit / slots;
-    const int64_t h = (unit % slots) * p.pack + r % p.pack;
-    const int64_t i = r / p.pack;
-    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
-#pragma unroll
-    for (int e = 0; e < kIters; ++e) {
-      const int pair = lane + 32 * e;
-      if (kPairs % 32 != 0 && pair >= kPairs) break;
-      *reinterpret_cast<uint32_t*>(out + 2 * pair) = MmaType<T>::pack(acc[e].x * inv, acc[e].y * inv);
-    }
-    if (p.lse != nullptr && lane == 0)
-      p.lse[(b * p.heads_q + h) * p.seq_q + i] = sum > 0.f ? mx + logf(sum) : kNegInf;
-  }
 }
 
 }  // namespace fmha::cuda::sm80

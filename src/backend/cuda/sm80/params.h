@@ -1,6 +1,5 @@
 // What one sm80-family launch receives: plain data, built on the host from a
-// Problem (sm80_forward.cu) and read by the kernels (fwd_kernel.cuh,
-// combine_kernel.cuh). Offsets are 64-bit; sequence positions fit int32
+// Problem (sm80_forward.cu) and read by the kernel (fwd_kernel.cuh). Offsets are 64-bit; sequence positions fit int32
 // (sm80_supports refuses longer sequences).
 #pragma once
 
@@ -24,8 +23,12 @@ struct FwdParams {
   int pack;
   int rows;              // seq_q * pack
   int64_t units;         // batch * heads_q / pack
-  float* o_partial;      // split-KV: [splits][units][rows][D] FP32, normalized per split
-  float* lse_partial;    // split-KV: [splits][units][rows]
+  // Split-KV partials (common/split_combine.h): per split, the unnormalized
+  // o [splits][units][rows][D], the exponent base m in natural units and the
+  // row sum l [splits][units][rows], all FP32.
+  float* o_partial;
+  float* m_partial;
+  float* l_partial;
   int64_t heads_q;
   int64_t group;         // heads_q / heads_kv
   int seq_q, seq_k;

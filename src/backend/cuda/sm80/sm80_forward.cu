@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/common/split_combine.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/sm80/launch.h"
 #include "backend/cuda/sm80/tile_config.h"
@@ -21,6 +23,7 @@ using sm80::FwdParams;
 constexpr int64_t kMaxSeq = INT32_MAX - 1024;
 // Splits above this buy nothing: the combine reads every split per row.
 constexpr int kMaxSplits = 64;
+static_assert(kMaxSplits <= kCombineMaxSplits, "the shared combine merges at most kCombineMaxSplits");
 // Auto split, as FlashAttention-2 decides it: none when the unsplit grid
 // fills this share of the resident CTA slots; else the fewest splits whose
 // wave efficiency (CTAs / slots over its ceiling) is within kSplitSlack of
@@ -112,12 +115,13 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   return plan;
 }
 
+// The split-KV partials of common/split_combine.h for every (unit, row); the
+// o part keeps the workspace's 16-byte alignment that the kernel's float2
+// stores need. SIZE_MAX (never allocatable) on overflow.
 size_t partial_bytes(const Problem& p, const Plan& plan) {
   if (plan.splits <= 1) return 0;
-  const size_t rows = static_cast<size_t>(plan.splits) * static_cast<size_t>(plan.units * plan.rows);
-  // o partials then lse partials, both FP32; the lse part starts 16-byte
-  // aligned because D is a multiple of 4.
-  return rows * static_cast<size_t>(p.head_dim) * sizeof(float) + rows * sizeof(float);
+  size_t bytes;
+  return split_partials_bytes(plan.splits, plan.units * plan.rows, p.head_dim, &bytes) ? bytes : SIZE_MAX;
 }
 
 }  // namespace
@@ -184,9 +188,10 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   f.num_m_tiles = static_cast<int>(plan.m_tiles);
   f.num_splits = plan.splits;
   if (plan.splits > 1) {
-    const size_t rows = static_cast<size_t>(plan.splits) * static_cast<size_t>(plan.units * plan.rows);
-    f.o_partial = static_cast<float*>(ctx.workspace);
-    f.lse_partial = f.o_partial + rows * static_cast<size_t>(p.head_dim);
+    const SplitPartials part = split_partials_in(ctx.workspace, plan.splits, plan.units * plan.rows, p.head_dim);
+    f.o_partial = part.o;
+    f.m_partial = part.m;
+    f.l_partial = part.l;
   }
 
   sm80::LaunchArgs a;

@@ -1,0 +1,184 @@
+// The split-KV combine (split_combine.h), compiled in this translation unit
+// only, for every output element type.
+//
+// It is the merge of the seed's section 4 (the rescale of two running
+// states to a common max, alpha = e^(m_old - m_new), l = alpha l_old +
+// beta l~, o = alpha o_old + beta o~, O = o / l) applied to S states at once:
+//
+//   M = max_s m_s,   a_s = e^(m_s - M),
+//   L = sum_s a_s l_s,   O = (sum_s a_s o_s) / L,   lse = M + ln L.
+//
+// Splits that saw no key of a row have m_s = -inf, hence a_s = 0 (M is
+// finite), and drop out; a row that no split saw (M = -inf) gets O = 0 and
+// lse = -inf without evaluating any -inf - -inf. The differences m_s - M are
+// taken in natural units, so logits of 1e4 lose nothing to the combine.
+//
+// One warp per row, no shared memory. Lane t reads the states of splits
+// t + 32 k, the warp reduces M and L, and the weights a_s stay in the lanes'
+// registers (shuffled out in turn); lane t accumulates dims t + 32 c,
+// c < kC, over the splits in split order. kC = ceil(head_dim / 32) is a
+// template parameter (1, 2, 3, 4 or 8) so that the accumulation loop has no
+// branches: its loads are unconditional (dims past head_dim read the row's
+// last element and are never stored), so the unrolled iterations keep the
+// loads of several splits in flight instead of waiting out one L2 round trip
+// per split. Every sum has a fixed order (per lane in split order, then a
+// fixed butterfly; the o sums in split order), so the result does not depend
+// on the launch.
+#include "backend/cuda/common/split_combine.h"
+
+#include "backend/cuda/cuda_device.h"
+#include "core/error.h"
+
+namespace fmha::cuda {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kCombineWarps = 4;  // rows per block
+constexpr int kSplitsPerLane = kCombineMaxSplits / kWarpSize;
+constexpr int kDimsPerLane = kCombineMaxHeadDim / kWarpSize;
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // a grid-stride loop takes the rest
+constexpr float kNegInf = -__builtin_huge_valf();
+static_assert(kCombineMaxSplits % kWarpSize == 0 && kCombineMaxHeadDim % kWarpSize == 0, "whole lanes");
+
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Butterflies: every lane ends with the same bits (each step adds a pair in
+// both lanes of the pair, and IEEE addition commutes).
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int off = kWarpSize / 2; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+template <class T, int kC>
+__global__ void __launch_bounds__(kCombineWarps * kWarpSize)
+    split_combine_kernel(const __grid_constant__ SplitCombineParams p) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int D = p.head_dim;
+  const int64_t head_slots = p.heads_q / p.pack;
+  const int64_t split_stride = p.rows * D;  // floats between splits of o_s
+  // The lane's dims, clamped into the row for the unconditional loads.
+  int dim[kC];
+#pragma unroll
+  for (int c = 0; c < kC; ++c) dim[c] = min(lane + kWarpSize * c, D - 1);
+
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * kCombineWarps + warp; x < p.rows;
+       x += static_cast<int64_t>(gridDim.x) * kCombineWarps) {
+    // The row states of the lane's splits.
+    float m[kSplitsPerLane], l[kSplitsPerLane];
+#pragma unroll
+    for (int k = 0; k < kSplitsPerLane; ++k) {
+      const int s = lane + kWarpSize * k;
+      const bool any = s < p.splits;
+      m[k] = any ? p.part.m[s * p.rows + x] : kNegInf;
+      l[k] = any ? p.part.l[s * p.rows + x] : 0.f;
+    }
+
+    // Row x is query i of head h in batch b (pack-interleaved order).
+    const int64_t t = x / p.pack;
+    const int64_t i = t % p.seq_q;
+    const int64_t u = t / p.seq_q;
+    const int64_t h = (u % head_slots) * p.pack + x % p.pack;
+    const int64_t b = u / head_slots;
+    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
+    float* lse = p.lse != nullptr ? p.lse + (b * p.heads_q + h) * p.seq_q + i : nullptr;
+
+    // M = max_s m_s.
+    float mx = m[0];
+#pragma unroll
+    for (int k = 1; k < kSplitsPerLane; ++k) mx = fmaxf(mx, m[k]);
+    mx = warp_max(mx);
+    if (mx == kNegInf) {  // no split saw a key of this row
+#pragma unroll
+      for (int c = 0; c < kC; ++c)
+        if (lane + kWarpSize * c < D) out[(lane + kWarpSize * c) * p.o_stride[3]] = from_float<T>(0.f);
+      if (lse != nullptr && lane == 0) *lse = kNegInf;
+      continue;
+    }
+
+    // a_s = e^(m_s - M) (0 for a split without keys), L = sum_s a_s l_s.
+    float a[kSplitsPerLane];
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < kSplitsPerLane; ++k) {
+      a[k] = expf(m[k] - mx);
+      sum = fmaf(a[k], l[k], sum);
+    }
+    sum = warp_sum(sum);
+
+    // O = sum_s a_s o_s / L, splits in order.
+    float acc[kC];
+#pragma unroll
+    for (int c = 0; c < kC; ++c) acc[c] = 0.f;
+    const float* src = p.part.o + x * D;
+#pragma unroll
+    for (int k = 0; k < kSplitsPerLane; ++k) {
+      const int s0 = kWarpSize * k;
+      if (s0 >= p.splits) break;
+      const int n = p.splits - s0 < kWarpSize ? p.splits - s0 : kWarpSize;
+      const float* base = src + s0 * split_stride;
+#pragma unroll 4
+      for (int j = 0; j < n; ++j) {
+        const float w = __shfl_sync(0xffffffffu, a[k], j);
+        const float* row = base + j * split_stride;
+        float v[kC];
+#pragma unroll
+        for (int c = 0; c < kC; ++c) v[c] = row[dim[c]];
+#pragma unroll
+        for (int c = 0; c < kC; ++c) acc[c] = fmaf(w, v[c], acc[c]);
+      }
+    }
+
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;  // sum >= 1: the split at M has l >= 1
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      const int d = lane + kWarpSize * c;
+      if (d < D) out[d * p.o_stride[3]] = from_float<T>(acc[c] * inv);
+    }
+    if (lse != nullptr && lane == 0) *lse = mx + logf(sum);
+  }
+}
+
+}  // namespace
+
+template <class T>
+fmha_status launch_split_combine(const SplitCombineParams& p, cudaStream_t stream) {
+  if (p.splits < 2 || p.splits > kCombineMaxSplits || p.head_dim < 1 || p.head_dim > kCombineMaxHeadDim ||
+      p.pack < 1 || p.heads_q % p.pack != 0)
+    return fail(FMHA_ERROR_INTERNAL, "split-KV combine: splits=%d head_dim=%d pack=%lld out of range", p.splits,
+                p.head_dim, static_cast<long long>(p.pack));
+  if (p.rows <= 0) return FMHA_SUCCESS;
+  const int64_t want = (p.rows + kCombineWarps - 1) / kCombineWarps;
+  const unsigned blocks = static_cast<unsigned>(want < kMaxBlocks ? want : kMaxBlocks);
+  const int dims_per_lane = (p.head_dim + kWarpSize - 1) / kWarpSize;
+  const dim3 grid(blocks), block(kCombineWarps * kWarpSize);
+  static_assert(kDimsPerLane == 8, "buckets below cover head_dim <= 256");
+  switch (dims_per_lane) {
+    case 1: split_combine_kernel<T, 1><<<grid, block, 0, stream>>>(p); break;
+    case 2: split_combine_kernel<T, 2><<<grid, block, 0, stream>>>(p); break;
+    case 3: split_combine_kernel<T, 3><<<grid, block, 0, stream>>>(p); break;
+    case 4: split_combine_kernel<T, 4><<<grid, block, 0, stream>>>(p); break;
+    default: split_combine_kernel<T, 8><<<grid, block, 0, stream>>>(p); break;
+  }
+  return check_launch("split-KV combine");
+}
+
+template fmha_status launch_split_combine<__half>(const SplitCombineParams&, cudaStream_t);
+template fmha_status launch_split_combine<__nv_bfloat16>(const SplitCombineParams&, cudaStream_t);
+template fmha_status launch_split_combine<float>(const SplitCombineParams&, cudaStream_t);
+
+}  // namespace fmha::cuda
