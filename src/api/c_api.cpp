@@ -159,8 +159,9 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
     if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
       return fail(kInvalid, "workspace=%p is not 16-byte aligned", workspace);
 #if FMHA_WITH_CUDA
+    fmha::cuda::ScopedDevice device_scope;  // restores the caller's device on return
     if (handle->device.kind == FMHA_DEVICE_CUDA) {
-      if ((s = fmha::cuda::set_device(handle->device.ordinal)) != FMHA_SUCCESS) return s;
+      if ((s = device_scope.enter(handle->device.ordinal)) != FMHA_SUCCESS) return s;
       if (need > 0 && fmha::cuda::pointer_kind(workspace, nullptr) == fmha::cuda::PointerKind::kHost)
         return fail(kInvalid, "workspace=%p is host memory but the handle is CUDA", workspace);
     }

@@ -53,11 +53,21 @@ PointerKind pointer_kind(const void* ptr, int* device) {
   }
 }
 
-fmha_status set_device(int ordinal) {
-  cudaError_t err = cudaSetDevice(ordinal);
+fmha_status ScopedDevice::enter(int ordinal) {
+  int current = -1;
+  cudaError_t err = cudaGetDevice(&current);
+  if (err != cudaSuccess)
+    return fail(FMHA_ERROR_DEVICE, "cudaGetDevice: %s", cudaGetErrorString(err));
+  if (current == ordinal) return FMHA_SUCCESS;
+  err = cudaSetDevice(ordinal);
   if (err != cudaSuccess)
     return fail(FMHA_ERROR_DEVICE, "cudaSetDevice(%d): %s", ordinal, cudaGetErrorString(err));
+  previous_ = current;
   return FMHA_SUCCESS;
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
 }
 
 fmha_status check_launch(const char* what) {

@@ -22,8 +22,20 @@ PointerKind pointer_kind(const void* ptr, int* device);
 // for CUDA initialization (context creation takes a GPU's memory and time).
 bool runtime_in_use();
 
-// Makes `ordinal` current on the calling thread.
-fmha_status set_device(int ordinal);
+// Makes a handle's device current on the calling thread for its lifetime
+// and then restores the caller's device, so fmha never changes the current
+// device behind its caller's back.
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  ~ScopedDevice();
+  fmha_status enter(int ordinal);
+
+ private:
+  int previous_ = -1;  // the caller's device, when it had to be changed
+};
 
 // Checks the stream's last launch error (cudaGetLastError) and returns
 // FMHA_ERROR_DEVICE with the runtime's message when there was one. `what`
