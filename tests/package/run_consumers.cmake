@@ -1,4 +1,4 @@
-# Builds and runs tests/package/consumer three ways. Invoked by ctest with
+# Builds and runs tests/package/consumer four ways. Invoked by ctest with
 # FMHA_BINARY_DIR, FMHA_SOURCE_DIR, WORK_DIR, GENERATOR, C/CXX_COMPILER.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
@@ -46,3 +46,17 @@ step(${CMAKE_COMMAND} -S ${here}/subdir -B ${WORK_DIR}/subdir -G ${GENERATOR} ${
      -DFMHA_SOURCE_DIR=${FMHA_SOURCE_DIR} -DCMAKE_BUILD_TYPE=Release)
 step(${CMAKE_COMMAND} --build ${WORK_DIR}/subdir)
 step(${WORK_DIR}/subdir/consumer)
+
+# 4. a static libfmha.a (CPU only), installed, then found by find_package():
+#    its config must bring the private dependencies (threads) along.
+set(static_prefix ${WORK_DIR}/static-prefix)
+step(${CMAKE_COMMAND} -S ${FMHA_SOURCE_DIR} -B ${WORK_DIR}/static-build -G ${GENERATOR} ${compilers}
+     -DCMAKE_BUILD_TYPE=Release -DFMHA_BUILD_SHARED=OFF -DFMHA_ENABLE_CUDA=OFF -DFMHA_BUILD_TESTS=OFF
+     -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=OFF -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF
+     -DFMHA_INSTALL=ON)
+step(${CMAKE_COMMAND} --build ${WORK_DIR}/static-build)
+step(${CMAKE_COMMAND} --install ${WORK_DIR}/static-build --prefix ${static_prefix})
+step(${CMAKE_COMMAND} -S ${here}/consumer -B ${WORK_DIR}/find_package_static -G ${GENERATOR}
+     ${compilers} -DCMAKE_PREFIX_PATH=${static_prefix})
+step(${CMAKE_COMMAND} --build ${WORK_DIR}/find_package_static)
+step(${WORK_DIR}/find_package_static/consumer)
