@@ -26,42 +26,20 @@
 // on the launch.
 #include "backend/cuda/common/split_combine.h"
 
+#include "backend/cuda/common/device_math.cuh"
+
 #include "backend/cuda/cuda_device.h"
 #include "core/error.h"
 
 namespace fmha::cuda {
 namespace {
 
-constexpr int kWarpSize = 32;
 constexpr int kCombineWarps = 4;  // rows per block
 constexpr int kSplitsPerLane = kCombineMaxSplits / kWarpSize;
 constexpr int kDimsPerLane = kCombineMaxHeadDim / kWarpSize;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // a grid-stride loop takes the rest
 constexpr float kNegInf = -__builtin_huge_valf();
 static_assert(kCombineMaxSplits % kWarpSize == 0 && kCombineMaxHeadDim % kWarpSize == 0, "whole lanes");
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
-// Butterflies: every lane ends with the same bits (each step adds a pair in
-// both lanes of the pair, and IEEE addition commutes).
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int off = kWarpSize / 2; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
-  return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int off = kWarpSize / 2; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
-  return x;
-}
 
 template <class T, int kC>
 __global__ void __launch_bounds__(kCombineWarps * kWarpSize)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/common/split_combine.h"
 #include "backend/cuda/kernels.h"
@@ -59,8 +60,24 @@ Shape shape_for(bool narrow) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The head dims with an instantiation (the registry row lists the same).
-bool head_dim_instantiated(int64_t d) { return d == 32 || d == 64 || d == 96 || d == 128 || d == 256; }
+// The one place a run-time head dim becomes a template argument: calls
+// fn(std::integral_constant<int, D>{}) for the instantiated D == d and
+// returns true, else returns false. The registry row lists the same dims.
+template <class Fn>
+bool dispatch_head_dim(int64_t d, Fn&& fn) {
+  switch (d) {
+    case 32: fn(std::integral_constant<int, 32>{}); return true;
+    case 64: fn(std::integral_constant<int, 64>{}); return true;
+    case 96: fn(std::integral_constant<int, 96>{}); return true;
+    case 128: fn(std::integral_constant<int, 128>{}); return true;
+    case 256: fn(std::integral_constant<int, 256>{}); return true;
+    default: return false;
+  }
+}
+
+bool head_dim_instantiated(int64_t d) {
+  return dispatch_head_dim(d, [](auto) {});
+}
 
 // How one problem runs: tile, packing, grid, splits. supports, workspace and
 // forward all read this one function, so they cannot disagree.
@@ -96,19 +113,15 @@ int choose_splits(const Problem& p, const DeviceInfo& dev, const Plan& plan) {
 
 Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   Plan plan;
-  if (!head_dim_instantiated(p.head_dim)) return plan;
   const int64_t group = p.group_size();
   plan.pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
   plan.rows = p.seq_q * plan.pack;
   plan.units = p.batch * p.heads_q / plan.pack;
   plan.narrow = plan.rows <= kMaxNarrowRows;
-  switch (p.head_dim) {
-    case 32: plan.shape = shape_for<32>(plan.narrow); break;
-    case 64: plan.shape = shape_for<64>(plan.narrow); break;
-    case 96: plan.shape = shape_for<96>(plan.narrow); break;
-    case 128: plan.shape = shape_for<128>(plan.narrow); break;
-    default: plan.shape = shape_for<256>(plan.narrow); break;
-  }
+  const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
+    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow);
+  });
+  if (!instantiated) return plan;
   plan.m_tiles = ceil_div(plan.rows, plan.shape.block_m);
   plan.splits = choose_splits(p, dev, plan);
   plan.ok = true;
@@ -202,14 +215,12 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   a.stream = static_cast<cudaStream_t>(ctx.stream);
 
   const bool bf16 = p.dtype == FMHA_DTYPE_BF16;
-  switch (p.head_dim) {
-    case 32: return bf16 ? sm80::launch_fwd<__nv_bfloat16, 32>(f, a) : sm80::launch_fwd<__half, 32>(f, a);
-    case 64: return bf16 ? sm80::launch_fwd<__nv_bfloat16, 64>(f, a) : sm80::launch_fwd<__half, 64>(f, a);
-    case 96: return bf16 ? sm80::launch_fwd<__nv_bfloat16, 96>(f, a) : sm80::launch_fwd<__half, 96>(f, a);
-    case 128: return bf16 ? sm80::launch_fwd<__nv_bfloat16, 128>(f, a) : sm80::launch_fwd<__half, 128>(f, a);
-    case 256: return bf16 ? sm80::launch_fwd<__nv_bfloat16, 256>(f, a) : sm80::launch_fwd<__half, 256>(f, a);
-    default: return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: no instantiation for this head_dim");
-  }
+  fmha_status status = FMHA_ERROR_INTERNAL;
+  dispatch_head_dim(p.head_dim, [&](auto head_dim) {
+    constexpr int kHeadDim = decltype(head_dim)::value;
+    status = bf16 ? sm80::launch_fwd<__nv_bfloat16, kHeadDim>(f, a) : sm80::launch_fwd<__half, kHeadDim>(f, a);
+  });
+  return status;  // make_plan above already refused head dims without an instantiation
 }
 
 }  // namespace fmha::cuda
