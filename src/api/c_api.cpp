@@ -62,15 +62,12 @@ const char* fmha_last_error_message(void) { return fmha::last_error(); }
 
 void fmha_forward_params_init(fmha_forward_params* params) {
   if (params == nullptr) return;
+  // Zero is the default of every field (no mask, scale and softcap 0, no
+  // lse, automatic kernel and splits) except these.
   std::memset(params, 0, sizeof *params);
   params->struct_size = FMHA_FORWARD_PARAMS_SIZE_V1;
-  params->mask_flags = FMHA_MASK_NONE;
-  params->scale = 0.f;
-  params->softcap = 0.f;
   params->window_left = -1;
   params->window_right = -1;
-  params->kernel = nullptr;
-  params->num_splits = 0;
 }
 
 fmha_status fmha_create(fmha_handle* handle, fmha_device_kind kind, int device_ordinal) {
