@@ -5,6 +5,9 @@ list(APPEND FMHA_SOURCES
   # all output types; the shared-memory opt-in)
   backend/cuda/common/smem_opt_in.cpp
   backend/cuda/common/split_combine.cu
+  # sm90: the Hopper primitives' host side (tensor maps through the driver
+  # entry point)
+  backend/cuda/sm90/tma.cpp
   # cuda_generic: exact CUDA-core fallback, one TU per dtype
   backend/cuda/generic/generic.cpp
   backend/cuda/generic/generic_f16.cu
@@ -23,3 +26,4 @@ list(APPEND FMHA_SOURCES
   backend/cuda/sm80/fwd_bf16_d128.cu
   backend/cuda/sm80/fwd_bf16_d256.cu
 )
+
