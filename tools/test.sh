@@ -9,7 +9,7 @@ set -euo pipefail
 source "$(dirname "$0")/common.sh"
 sanitize=1
 [ "${1:-}" = "--no-sanitize" ] && sanitize=0
-"$root/tools/deps.sh"
+"$root/tools/deps.sh" test
 
 # run_ctest DIR [ARGS...]: ctest, then why each skipped test skipped: ctest
 # shows only "***Skipped"; the reason is the first line of the test's output
@@ -31,18 +31,19 @@ run_ctest() {
 }
 
 start=$(date +%s)
-cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFMHA_BUILD_TESTS=ON
+cmake_generator "$root/build"
+cmake -S "$root" -B "$root/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DFMHA_BUILD_TESTS=ON
 cmake --build "$root/build" -j"$jobs"
 echo "build: $(( $(date +%s) - start )) s"
 run_ctest "$root/build"
 
 if ((sanitize)); then
   start=$(date +%s)
-  cmake -S "$root" -B "$root/build-asan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake_generator "$root/build-asan"
+  cmake -S "$root" -B "$root/build-asan" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DFMHA_ENABLE_CUDA=OFF -DFMHA_SANITIZE=ON -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF \
     -DFMHA_BUILD_BENCHMARKS=OFF -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF
   cmake --build "$root/build-asan" -j"$jobs"
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    run_ctest "$root/build-asan" -L cpu
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_ctest "$root/build-asan" -L cpu
   echo "sanitizer build and tests: $(( $(date +%s) - start )) s"
 fi
