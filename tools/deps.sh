@@ -277,7 +277,7 @@ describe() {
   fi
 } >&2
 ((${#required[@]} == 0)) || exit 1
-if ! first_command nvcc >/dev/null; then
-  echo "$me: nvcc not found (on PATH or in /usr/local/cuda/bin): the build is CPU only" >&2
+if ! nvcc=$(first_command nvcc) || ! "$nvcc" --version >/dev/null 2>&1; then
+  echo "$me: no working nvcc (on PATH or in /usr/local/cuda/bin): the build is CPU only" >&2
 fi
 exit 0
