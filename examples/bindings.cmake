@@ -22,10 +22,14 @@ add_test(NAME example_decoder_layer_c COMMAND decoder_layer_c 256)
 add_test(NAME example_decoder_layer_cpp COMMAND decoder_layer_cpp 256)
 set_tests_properties(example_decoder_layer_c example_decoder_layer_cpp PROPERTIES LABELS "cpu;example")
 
-# Python (SWIG): needs the binding built (bindings/python) and numpy.
+# Python (SWIG): needs the binding built (bindings/python) and numpy;
+# reported skipped, with the reason bindings/python gave, without them.
 get_property(fmha_python GLOBAL PROPERTY FMHA_PYTHON_EXECUTABLE)
 get_property(fmha_python_dir GLOBAL PROPERTY FMHA_PYTHON_BUILD_DIR)
-if(fmha_python)
+get_property(fmha_python_skip GLOBAL PROPERTY FMHA_PYTHON_SKIP_REASON)
+if(fmha_python_skip)
+  fmha_add_skipped_test(example_decoder_layer_python "${fmha_python_skip}" LABELS "cpu;example;python")
+elseif(fmha_python)
   add_test(NAME example_decoder_layer_python
            COMMAND ${fmha_python} ${FMHA_EXAMPLES_DIR}/python/decoder_layer.py 256)
   set_tests_properties(example_decoder_layer_python PROPERTIES LABELS "cpu;example;python"
@@ -46,11 +50,15 @@ if(FMHA_BUILD_SHARED)
   endif()
 endif()
 
-# Rust: a cargo package using bindings/rust (needs cargo; see bindings/rust).
+# Rust: a cargo package using bindings/rust (needs cargo; see bindings/rust);
+# reported skipped, with the reason bindings/rust gave, without it.
 get_property(fmha_cargo GLOBAL PROPERTY FMHA_CARGO_EXECUTABLE)
 get_property(fmha_cargo_env GLOBAL PROPERTY FMHA_CARGO_TEST_ENV)
 get_property(fmha_cargo_env_mod GLOBAL PROPERTY FMHA_CARGO_TEST_ENV_MOD)
-if(fmha_cargo)
+get_property(fmha_rust_skip GLOBAL PROPERTY FMHA_RUST_SKIP_REASON)
+if(fmha_rust_skip)
+  fmha_add_skipped_test(example_decoder_layer_rust "${fmha_rust_skip}" LABELS "cpu;example;rust")
+elseif(fmha_cargo)
   add_test(NAME example_decoder_layer_rust
            COMMAND ${fmha_cargo} run --offline --quiet
                    --manifest-path ${FMHA_EXAMPLES_DIR}/rust/Cargo.toml -- 256)

@@ -5,7 +5,8 @@
 # program (e.g. --n 8192, --device cpu).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-"$root/tools/deps.sh"
-cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+"$root/tools/deps.sh" demo
+cmake_generator "$root/build"
+cmake -S "$root" -B "$root/build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j"$jobs" --target attention_main
 "$root/build/examples/attention_main" "$@"

@@ -1,0 +1,12 @@
+# fmha_add_skipped_test(<name> <reason> [LABELS <label>...])
+#
+# Registers <name> as a test that runs nothing but prints "SKIPPED: <reason>",
+# which ctest reports as skipped. For a test that cannot run because a tool
+# it needs is missing (SWIG, numpy, cargo, ...): the omission then shows in
+# every ctest run, not only in the configure log. A test turned off on
+# purpose (FMHA_BUILD_PYTHON=OFF, ...) is not registered at all.
+function(fmha_add_skipped_test name reason)
+  cmake_parse_arguments(ARG "" "" "LABELS" ${ARGN})
+  add_test(NAME ${name} COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: ${reason}")
+  set_tests_properties(${name} PROPERTIES SKIP_REGULAR_EXPRESSION "^SKIPPED: " LABELS "${ARG_LABELS}")
+endfunction()
