@@ -5,6 +5,7 @@ list(APPEND FMHA_SOURCES
   # all output types; the shared-memory opt-in)
   backend/cuda/common/smem_opt_in.cpp
   backend/cuda/common/split_combine.cu
+  backend/cuda/common/fwd_params.cpp
   # cuda_generic: exact CUDA-core fallback, one TU per dtype
   backend/cuda/generic/generic.cpp
   backend/cuda/generic/generic_f16.cu

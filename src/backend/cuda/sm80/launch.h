@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/sm80/params.h"
+#include "backend/cuda/common/fwd_params.h"
 #include "fmha/fmha.h"
 
 namespace fmha::cuda::sm80 {
