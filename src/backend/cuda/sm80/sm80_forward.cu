@@ -10,6 +10,7 @@
 
 #include "backend/cuda/common/fwd_params.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/sm80/instances.h"  // generated
 #include "backend/cuda/sm80/launch.h"
 #include "backend/cuda/sm80/tile_config.h"
 #include "core/arith.h"
@@ -42,22 +43,40 @@ Shape shape_for(bool narrow) {
 }
 
 // The one place a run-time head dim becomes a template argument: calls
-// fn(std::integral_constant<int, D>{}) for the instantiated D == d and
-// returns true, else returns false. The registry row lists the same dims.
+// fn(std::integral_constant<int, D>{}) for an instantiated D == d (the
+// generated list, instances.h, which the registry row also reads) and
+// returns true, else returns false.
 template <class Fn>
 bool dispatch_head_dim(int64_t d, Fn&& fn) {
   switch (d) {
-    case 32: fn(std::integral_constant<int, 32>{}); return true;
-    case 64: fn(std::integral_constant<int, 64>{}); return true;
-    case 96: fn(std::integral_constant<int, 96>{}); return true;
-    case 128: fn(std::integral_constant<int, 128>{}); return true;
-    case 256: fn(std::integral_constant<int, 256>{}); return true;
+#define FMHA_SM80_CASE_(D) \
+  case D: fn(std::integral_constant<int, D>{}); return true;
+    FMHA_SM80_HEAD_DIMS(FMHA_SM80_CASE_)
+#undef FMHA_SM80_CASE_
     default: return false;
   }
 }
 
+// Calls fn(T{}, std::integral_constant<int, D>{}) (T the element type) for
+// the instantiated pair (dtype, d) and returns true, else returns false.
+template <class Fn>
+bool dispatch_instance(fmha_dtype dtype, int64_t d, Fn&& fn) {
+#define FMHA_SM80_CASE_(E, T, D)                   \
+  if (dtype == E && d == D) {                      \
+    fn(T{}, std::integral_constant<int, D>{});     \
+    return true;                                   \
+  }
+  FMHA_SM80_INSTANCES(FMHA_SM80_CASE_)
+#undef FMHA_SM80_CASE_
+  return false;
+}
+
 bool head_dim_instantiated(int64_t d) {
   return dispatch_head_dim(d, [](auto) {});
+}
+
+bool instantiated(fmha_dtype dtype, int64_t d) {
+  return dispatch_instance(dtype, d, [](auto, auto) {});
 }
 
 // How one problem runs: tile, packing, grid, splits. supports, workspace and
@@ -89,7 +108,8 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
 
 const char* sm80_supports(const Problem& p, const DeviceInfo& dev) {
   if (!head_dim_instantiated(p.head_dim))
-    return "head_dim not instantiated (sm80 family runs 32, 64, 96, 128, 256)";
+    return "head_dim not instantiated (this build of the sm80 family runs " FMHA_SM80_HEAD_DIM_TEXT ")";
+  if (!instantiated(p.dtype, p.head_dim)) return "this (dtype, head_dim) pair is not instantiated in this build";
   if (p.seq_q > kMaxFwdSeq || p.seq_k > kMaxFwdSeq) return "sequence too long for int32 positions";
   const Plan plan = make_plan(p, dev);
   if (dev.smem_per_block_optin < static_cast<size_t>(plan.shape.smem))
@@ -111,8 +131,9 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   if (!plan.ok)
     return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: head_dim=%lld not instantiated",
                 static_cast<long long>(p.head_dim));
-  if (p.dtype != FMHA_DTYPE_F16 && p.dtype != FMHA_DTYPE_BF16)
-    return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: dtype %s not instantiated", dtype_name(p.dtype));
+  if (!instantiated(p.dtype, p.head_dim))
+    return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: dtype %s, head_dim=%lld not instantiated", dtype_name(p.dtype),
+                static_cast<long long>(p.head_dim));
   const size_t need = fwd_partials_bytes(p, plan.grid);
   if (ctx.workspace_bytes < need)
     return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "cuda_sm80_tc needs %zu bytes of workspace", need);
@@ -126,13 +147,11 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   a.device = dev.ordinal;
   a.stream = static_cast<cudaStream_t>(ctx.stream);
 
-  const bool bf16 = p.dtype == FMHA_DTYPE_BF16;
   fmha_status status = FMHA_ERROR_INTERNAL;
-  dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    constexpr int kHeadDim = decltype(head_dim)::value;
-    status = bf16 ? sm80::launch_fwd<__nv_bfloat16, kHeadDim>(f, a) : sm80::launch_fwd<__half, kHeadDim>(f, a);
+  dispatch_instance(p.dtype, p.head_dim, [&](auto type, auto head_dim) {
+    status = sm80::launch_fwd<decltype(type), decltype(head_dim)::value>(f, a);
   });
-  return status;  // make_plan above already refused head dims without an instantiation
+  return status;  // instantiated() above already refused pairs without an instantiation
 }
 
 }  // namespace fmha::cuda
