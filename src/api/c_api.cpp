@@ -28,13 +28,25 @@ int resolve_threads(int requested) {
   return hw == 0 ? 1 : static_cast<int>(std::min<unsigned>(hw, kMaxThreads));
 }
 
+// The runtime's pointer query for check_memory_location: on CUDA handles,
+// and on CPU handles once a CUDA handle exists (so a CPU-only user never
+// pays for CUDA initialization); null (no check) otherwise.
+fmha::PointerKindQuery pointer_query(const fmha::DeviceInfo& dev) {
+#if FMHA_WITH_CUDA
+  if (dev.kind == FMHA_DEVICE_CUDA || fmha::cuda::runtime_in_use()) return fmha::cuda::pointer_kind;
+#else
+  (void)dev;
+#endif
+  return nullptr;
+}
+
 // Validates params for this handle and selects the kernel.
 fmha_status prepare(fmha_handle h, const fmha_forward_params* params, fmha::Problem* p,
                     const fmha::KernelEntry** kernel, std::string* explain) {
   if (h == nullptr) return fail(kInvalid, "handle is NULL");
   fmha_status s = fmha::build_problem(params, p);
   if (s != FMHA_SUCCESS) return s;
-  if ((s = fmha::check_memory_location(*p, h->device)) != FMHA_SUCCESS) return s;
+  if ((s = fmha::check_memory_location(*p, h->device, pointer_query(h->device))) != FMHA_SUCCESS) return s;
   return fmha::select_kernel(*p, h->device, kernel, explain);
 }
 
@@ -159,7 +171,7 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
     fmha::cuda::ScopedDevice device_scope;  // restores the caller's device on return
     if (handle->device.kind == FMHA_DEVICE_CUDA) {
       if ((s = device_scope.enter(handle->device.ordinal)) != FMHA_SUCCESS) return s;
-      if (need > 0 && fmha::cuda::pointer_kind(workspace, nullptr) == fmha::cuda::PointerKind::kHost)
+      if (need > 0 && fmha::cuda::pointer_kind(workspace, nullptr) == fmha::PointerKind::kHost)
         return fail(kInvalid, "workspace=%p is host memory but the handle is CUDA", workspace);
     }
 #endif

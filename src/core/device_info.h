@@ -21,6 +21,11 @@ struct DeviceInfo {
   int num_threads = 1;             // resolved worker count (>= 1)
 };
 
+// Where a pointer lives, as a GPU runtime can tell: kHost is plain
+// (unregistered) host memory a GPU cannot read; kPinnedHost is page-locked
+// host memory mapped into the device address space.
+enum class PointerKind { kHost, kPinnedHost, kDevice, kManaged };
+
 struct LaunchContext {
   const DeviceInfo* device = nullptr;
   void* stream = nullptr;          // cudaStream_t for CUDA handles

@@ -7,9 +7,6 @@
 #include <iterator>
 
 #include "core/error.h"
-#if FMHA_WITH_CUDA
-#include "backend/cuda/cuda_device.h"
-#endif
 
 namespace fmha {
 namespace {
@@ -213,9 +210,8 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
   return FMHA_SUCCESS;
 }
 
-fmha_status check_memory_location(const Problem& p, const DeviceInfo& dev) {
-#if FMHA_WITH_CUDA
-  if (dev.kind == FMHA_DEVICE_CPU && !cuda::runtime_in_use()) return FMHA_SUCCESS;
+fmha_status check_memory_location(const Problem& p, const DeviceInfo& dev, PointerKindQuery pointer_kind) {
+  if (pointer_kind == nullptr) return FMHA_SUCCESS;
   const struct {
     const char* name;
     const void* ptr;
@@ -224,20 +220,16 @@ fmha_status check_memory_location(const Problem& p, const DeviceInfo& dev) {
   for (const auto& x : all) {
     if (x.ptr == nullptr) continue;
     int owner = -1;
-    const cuda::PointerKind kind = cuda::pointer_kind(x.ptr, &owner);
-    if (dev.kind == FMHA_DEVICE_CUDA && kind == cuda::PointerKind::kHost)
+    const PointerKind kind = pointer_kind(x.ptr, &owner);
+    if (dev.kind == FMHA_DEVICE_CUDA && kind == PointerKind::kHost)
       return fail(kInvalid, "%s=%p is host memory but the handle is CUDA device %d", x.name, x.ptr,
                   dev.ordinal);
-    if (dev.kind == FMHA_DEVICE_CUDA && kind == cuda::PointerKind::kDevice && owner != dev.ordinal)
+    if (dev.kind == FMHA_DEVICE_CUDA && kind == PointerKind::kDevice && owner != dev.ordinal)
       return fail(kInvalid, "%s=%p lives on CUDA device %d but the handle is CUDA device %d", x.name,
                   x.ptr, owner, dev.ordinal);
-    if (dev.kind == FMHA_DEVICE_CPU && kind == cuda::PointerKind::kDevice)
+    if (dev.kind == FMHA_DEVICE_CPU && kind == PointerKind::kDevice)
       return fail(kInvalid, "%s=%p is CUDA device memory but the handle is CPU", x.name, x.ptr);
   }
-#else
-  (void)p;
-  (void)dev;
-#endif
   return FMHA_SUCCESS;
 }
 

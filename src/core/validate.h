@@ -14,8 +14,14 @@ namespace fmha {
 // o and lse with the inputs.
 fmha_status build_problem(const fmha_forward_params* params, Problem* out);
 
+// Where a pointer lives (*device receives the owning device of kDevice
+// memory). Supplied by the API layer, which knows whether a GPU runtime is
+// there to ask; validation itself calls no runtime.
+using PointerKindQuery = PointerKind (*)(const void* ptr, int* device);
+
 // Checks that the tensors live where the handle's device can use them
-// (a host pointer on a CUDA handle, a device pointer on a CPU handle).
-fmha_status check_memory_location(const Problem& p, const DeviceInfo& dev);
+// (a host pointer on a CUDA handle, a device pointer on a CPU handle), as
+// `pointer_kind` reports it; a null query skips the check.
+fmha_status check_memory_location(const Problem& p, const DeviceInfo& dev, PointerKindQuery pointer_kind);
 
 }  // namespace fmha

@@ -8,10 +8,20 @@
 #include "core/error.h"
 #if FMHA_WITH_CUDA
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/sm80/instances.h"  // generated: cuda_sm80_tc's instantiations
 #endif
 
 namespace fmha {
 namespace {
+
+#if FMHA_WITH_CUDA
+// cuda_sm80_tc's dtypes and head dims: the build's instantiation list.
+#define FMHA_SM80_DTYPE_BIT_(E) | dtype_bit(E)
+constexpr uint32_t kSm80Dtypes = 0u FMHA_SM80_DTYPES(FMHA_SM80_DTYPE_BIT_);
+#undef FMHA_SM80_DTYPE_BIT_
+static_assert(FMHA_SM80_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
+              "more sm80 head dims than the registry row's head-dim column holds");
+#endif
 
 // The kernel table. Lower rank runs first when several entries support a
 // problem. Columns: name, summary, device, sm range, dtypes, head dims
@@ -19,7 +29,7 @@ namespace {
 const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
     {"cuda_sm80_tc", "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping",
-     FMHA_DEVICE_CUDA, 80, 999, kHalfDtypes, HeadDims{0, 1, {32, 64, 96, 128, 256}}, kFeatureAll, 16, 10,
+     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureAll, 16, 10,
      cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
     {"cuda_generic", "general CUDA fallback: any head_dim <= 256, any strides, F32 too",
      FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureAll, 0, 50,

@@ -36,7 +36,9 @@
 #include <limits>
 
 #include "backend/cpu/thread_pool.h"
+#include "core/arith.h"
 #include "core/error.h"
+#include "core/key_tiles.h"
 #include "core/mask.h"
 #include "core/numeric.h"
 
@@ -97,8 +99,6 @@ struct TileShape {
 constexpr TileShape tile_shape(int64_t head_dim) {
   return head_dim <= 128 ? TileShape{128, 64} : head_dim <= 256 ? TileShape{64, 64} : TileShape{64, 32};
 }
-
-constexpr int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // ---- per-thread scratch -----------------------------------------------------
 
@@ -216,7 +216,6 @@ FMHA_CPU_INLINE void store_row(const float* src, float mul, int64_t n, fmha_dtyp
 // below 2^-126 flush to 0, which is below the resolution of any sum they
 // join (the row max contributes 1).
 FMHA_CPU_INLINE float exp_nonpositive(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 split so n * kLn2Hi is exact
   constexpr float kLn2Lo = 1.42860682030941723e-6f;
   constexpr float kMin = -87.33654475f;  // ln(2^-126)
@@ -358,13 +357,16 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     lo[r] = kr.lo;
     hi[r] = kr.hi;
   }
-  // Both ends are non-decreasing in the row, so the block needs keys
-  // [lo[0], hi[nr-1]) and every row sees all of [lo[nr-1], hi[0]): tiles
-  // inside that need no mask, tiles outside the first range are never read.
-  const int64_t block_lo = lo[0];
-  const int64_t block_hi = hi[nr - 1];
-  const int64_t full_lo = lo[nr - 1];
-  const int64_t full_hi = hi[0];
+  // The block's key tiles, as every backend cuts them (core/key_tiles.h):
+  // tiles of L.keys keys aligned to multiples of L.keys, clipped to the keys
+  // [block_lo, block_hi) some row needs; every row sees all of
+  // [full_lo, full_hi), so tiles inside that need no mask.
+  const KeyTiles tiles =
+      key_tiles(i0, i0 + nr - 1, p.seq_k, p.diag_offset, p.window_left, p.window_right, L.keys, 0, 1);
+  const int64_t block_lo = tiles.lo;
+  const int64_t block_hi = tiles.hi;
+  const int64_t full_lo = tiles.full_lo;
+  const int64_t full_hi = tiles.full_hi;
 
   // Q^T scaled: qt[d][r] = scale * q[i0 + r][d]; padding rows are 0. Each
   // row is converted (vectorized) into o's first row, then transposed.
@@ -401,8 +403,9 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const float softcap = p.softcap;
   const float inv_softcap = softcap != 0.f ? 1.f / softcap : 0.f;
 
-  for (int64_t j0 = block_lo; j0 < block_hi; j0 += L.keys) {
-    const int64_t bc = std::min(L.keys, block_hi - j0);  // keys in this tile
+  for (int64_t t = tiles.t_begin; t < tiles.t_end; ++t) {
+    const int64_t j0 = std::max(t * L.keys, block_lo);            // first key of this tile
+    const int64_t bc = std::min((t + 1) * L.keys, block_hi) - j0;  // keys in this tile
 
     // Stream the tile in: one FP32 copy of K and of V rows j0..j0+bc, shared
     // by every row of the block.

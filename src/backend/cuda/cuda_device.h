@@ -10,11 +10,9 @@ namespace fmha::cuda {
 // (or no driver) is present or the ordinal names none.
 fmha_status query_device(int ordinal, DeviceInfo* info);
 
-enum class PointerKind { kHost, kPinnedHost, kDevice, kManaged };
-
-// Where `ptr` lives, as far as the runtime can tell: kHost is plain
-// (unregistered) host memory a GPU cannot read; kPinnedHost is page-locked
-// host memory mapped into the device address space. `*device` receives the owning device for kDevice.
+// Where `ptr` lives, as far as the runtime can tell (PointerKind,
+// core/device_info.h). `*device` (may be null) receives the owning device
+// for kDevice. Matches core/validate.h's PointerKindQuery.
 PointerKind pointer_kind(const void* ptr, int* device);
 
 // True once a CUDA handle was created in this process. CPU handles check

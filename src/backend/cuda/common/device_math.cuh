@@ -1,10 +1,16 @@
 // Device primitives shared by the CUDA kernel families: element conversion
-// between the storage dtypes and FP32, and full-warp reductions.
+// between the storage dtypes and FP32, the fast exponential, and full-warp
+// reductions. The constants (kLog2e, kLn2, kNegInf) and integer helpers
+// (ceil_div) come from core/arith.h, shared with the host.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/arith.h"
 
 namespace fmha::cuda {
 
@@ -29,6 +35,29 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Two FP32 values as the pair of 16-bit elements one 32-bit register holds
+// (lo in the low half), rounded to nearest even: an mma operand, or two
+// adjacent output elements.
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// 2^x; ex2.approx.ftz: relative error 2^-22, ex2(-inf) = +0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // Butterfly reductions over all 32 lanes: every lane ends with the same bits
 // (each step combines a pair in both lanes of the pair, and max and IEEE

@@ -38,7 +38,6 @@ constexpr int kCombineWarps = 4;  // rows per block
 constexpr int kSplitsPerLane = kCombineMaxSplits / kWarpSize;
 constexpr int kDimsPerLane = kCombineMaxHeadDim / kWarpSize;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // a grid-stride loop takes the rest
-constexpr float kNegInf = -__builtin_huge_valf();
 static_assert(kCombineMaxSplits % kWarpSize == 0 && kCombineMaxHeadDim % kWarpSize == 0, "whole lanes");
 
 template <class T, int kC>

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/common/fwd_params.h"
 #include "backend/cuda/common/split_combine.h"
 #include "core/device_info.h"
 #include "core/problem.h"
@@ -71,22 +72,20 @@ static_assert(smem_bytes(kConfigs[0]) <= kSmemSm86 && smem_bytes(kConfigs[2]) <=
                   smem_bytes(kConfigs[4]) <= kSmemSm86,
               "a bucket lost its config for 99 KiB devices");
 
-// Splits of the key range are capped so the workspace stays bounded, and the
-// automatic choice gives each split at least this many key tiles.
-constexpr int kMaxSplits = 128;
-static_assert(kMaxSplits <= kCombineMaxSplits, "the shared combine merges at most kCombineMaxSplits");
+// Resident CTAs a multiprocessor, for the split heuristic (common/
+// fwd_params.h): what the configs' shared memory allows on sm_90 (a second,
+// partial wave of CTAs doubled the time of a decode step).
+constexpr int kCtasPerSm = 2;
 static_assert(kConfigs[kConfigCount - 1].head_dim_max <= kCombineMaxHeadDim, "the shared combine's head dims");
-constexpr int kMinTilesPerSplit = 4;
 // Largest grid launched; work items beyond it are taken by a grid-stride
 // loop, so no problem size can overflow a grid dimension.
 constexpr int64_t kMaxGrid = int64_t{1} << 30;
 
-// What one forward will launch.
+// What one forward will launch: units are (batch, query head) pairs (no GQA
+// packing: pack = 1), query blocks of rows_per_warp * warps rows.
 struct GenericPlan {
   int config = -1;       // index into kConfigs, -1 = none fits
-  int64_t q_blocks = 0;  // query blocks per (batch, head)
-  int splits = 1;        // key-range splits (1 = no combine pass)
-  int64_t work = 0;      // CTAs' worth of work: q_blocks * batch * heads_q * splits
+  FwdGrid grid;          // units, query blocks, key splits
   size_t workspace = 0;  // bytes: the split partials (common/split_combine.h)
 };
 
@@ -94,32 +93,10 @@ struct GenericPlan {
 // fits the device.
 GenericPlan make_plan(const Problem& p, const DeviceInfo& dev);
 
-// Everything a launch needs, by value (it is the kernels' parameter).
-struct GenericParams {
-  const void* q;
-  const void* k;
-  const void* v;
-  void* o;
-  int64_t q_stride[4], k_stride[4], v_stride[4], o_stride[4];
-  float* lse;    // [batch, heads_q, seq_q] or null
-  SplitPartials ws;  // splits > 1: o, m, l per split and row (common/split_combine.h)
-  int64_t batch, heads_q, seq_q, seq_k;
-  int64_t group;      // heads_q / heads_kv
-  int64_t diag_offset, window_left, window_right;
-  int64_t q_blocks;   // query blocks per (batch, head)
-  int64_t work;       // q_blocks * batch * heads_q * splits
-  int64_t rows;       // batch * heads_q * seq_q
-  int head_dim;
-  int splits;
-  float q_scale;      // applied to Q when staged: the problem's scale
-  float softcap;      // 0 = off
-  float inv_softcap;  // 1 / softcap
-};
-
 // Enqueue plan on ctx.stream for one element type (one translation unit
 // each: generic_f16.cu, generic_bf16.cu, generic_f32.cu).
-fmha_status launch_f16(const GenericParams& prm, const GenericPlan& plan, const LaunchContext& ctx);
-fmha_status launch_bf16(const GenericParams& prm, const GenericPlan& plan, const LaunchContext& ctx);
-fmha_status launch_f32(const GenericParams& prm, const GenericPlan& plan, const LaunchContext& ctx);
+fmha_status launch_f16(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx);
+fmha_status launch_bf16(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx);
+fmha_status launch_f32(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx);
 
 }  // namespace fmha::cuda::generic

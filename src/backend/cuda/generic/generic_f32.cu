@@ -4,7 +4,7 @@
 
 namespace fmha::cuda::generic {
 
-fmha_status launch_f32(const GenericParams& prm, const GenericPlan& plan, const LaunchContext& ctx) {
+fmha_status launch_f32(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx) {
   return launch_typed<float>(prm, plan, ctx);
 }
 

@@ -2,12 +2,15 @@
 // cores, for every dtype, head dim <= 256, any strides and no alignment.
 //
 // One CTA takes one work item = (batch * head, block of query rows, split of
-// the key range). Its threads stage each K/V tile once, converted to float,
+// the key range), as the shared scheduler (common/tile_scheduler.h) names it
+// and the shared key-tile partition (core/key_tiles.h) cuts the keys. Its
+// threads stage each K/V tile once, converted to float,
 // in shared memory, so every K/V element is read from global memory once per
 // CTA; each warp then scores its own query rows against the tile and folds
 // the tile into its running (m, l, o) state, kept in registers, with the
 // online softmax of the seed's section 4. Scores, m and lse stay in natural
-// units (the queries are pre-scaled by `scale` alone) and only the
+// units (the queries are pre-scaled by `scale` alone, or with softcap the
+// raw score goes through softcap_out * tanh(raw * softcap_in)) and only the
 // difference s - m, exact when it is small, is multiplied by log2(e) for
 // exp2f: folding log2(e) into the scale instead would round every logit,
 // an absolute error of ~|s| 2^-24 that large logits (|s| ~ 1e4) turn into a
@@ -25,20 +28,21 @@
 #include <cstdint>
 
 #include "backend/cuda/common/device_math.cuh"
+#include "backend/cuda/common/fwd_params.h"
 #include "backend/cuda/common/smem_opt_in.h"
 #include "backend/cuda/common/split_combine.h"
+#include "backend/cuda/common/tile_scheduler.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/generic/generic_config.h"
 #include "core/error.h"
+#include "core/key_tiles.h"
 #include "core/mask.h"
 
 namespace fmha::cuda::generic {
 
-constexpr float kLog2e = 1.4426950408889634f;  // log2(e): exp(x) = exp2(x * kLog2e)
-
 // The keys [lo, hi) query row i sees within the CTA's key range [ks, ke);
 // empty (lo >= hi) for rows past seq_q.
-__device__ __forceinline__ KeyRange row_keys(const GenericParams& p, int64_t i, int64_t ks, int64_t ke) {
+__device__ __forceinline__ KeyRange row_keys(const FwdParams& p, int64_t i, int64_t ks, int64_t ke) {
   if (i >= p.seq_q) return {0, 0};
   KeyRange r = key_range(i, p.seq_k, p.diag_offset, p.window_left, p.window_right);
   r.lo = r.lo > ks ? r.lo : ks;
@@ -48,7 +52,7 @@ __device__ __forceinline__ KeyRange row_keys(const GenericParams& p, int64_t i, 
 
 template <typename T, int kD, int kRows, int kKeys, int kWarps>
 __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
-    generic_attention_kernel(const GenericParams p) {
+    generic_attention_kernel(const FwdParams p) {
   constexpr int kThreads = kWarps * kThreadsPerWarp;
   constexpr int kBlockM = kRows * kWarps;        // query rows per CTA
   constexpr int kBlockN = kKeys * kThreadsPerWarp;  // keys per tile
@@ -77,40 +81,36 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
   const int D = p.head_dim;
   const int nd4 = (D + 3) / 4;                   // Q.K^T runs over these slots
   const int nc = (D + kThreadsPerWarp - 1) / kThreadsPerWarp;  // P.V dim groups
-  const int64_t bh_count = p.batch * p.heads_q;
+  const int64_t work = static_cast<int64_t>(p.num_m_tiles) * p.units * p.num_splits;
+  // With softcap the raw score goes into the tanh (softcap_in holds the
+  // scale); else Q is staged pre-scaled.
+  const float q_scale = p.softcap_out != 0.f ? 1.f : p.scale;
 
   const T* __restrict__ qg = static_cast<const T*>(p.q);
   const T* __restrict__ kg = static_cast<const T*>(p.k);
   const T* __restrict__ vg = static_cast<const T*>(p.v);
   T* __restrict__ og = static_cast<T*>(p.o);
 
-  for (int64_t w = blockIdx.x; w < p.work; w += gridDim.x) {
-    // Work order: heads fastest (GQA siblings share K/V in L2), then splits,
-    // then query blocks last-first so the longest causal rows start first.
-    const int64_t bh = w % bh_count;
-    const int64_t rest = w / bh_count;
-    const int split = static_cast<int>(rest % p.splits);
-    const int64_t qb = p.q_blocks - 1 - rest / p.splits;
-    const int64_t b = bh / p.heads_q;
-    const int64_t h = bh % p.heads_q;
-    const int64_t hk = h / p.group;
-    const int64_t i0 = qb * kBlockM;
+  for (int64_t w = blockIdx.x; w < work; w += gridDim.x) {
+    // Work order (the shared scheduler): splits fastest, then (batch, head)
+    // units (GQA siblings share K/V in L2), then query blocks last-first so
+    // the longest causal rows start first. Units are unpacked: unit = b * heads_q + h.
+    const WorkTile tile = schedule_tile(p, w);
+    const int split = tile.split;
+    const int64_t bh = tile.unit;
+    const int64_t b = tile.b;
+    const int64_t h = tile.hs;
+    const int64_t hk = tile.hk;
+    const int64_t i0 = static_cast<int64_t>(tile.m_block) * kBlockM;
     const int64_t i_end = i0 + kBlockM < p.seq_q ? i0 + kBlockM : p.seq_q;
 
-    // The CTA's keys: both ends of a row's range are non-decreasing in i
-    // (mask.h), so the block needs [lo(i0), hi(i_end - 1)); tiles outside
-    // it are never loaded.
-    int64_t ks = key_range(i0, p.seq_k, p.diag_offset, p.window_left, p.window_right).lo;
-    int64_t ke = key_range(i_end - 1, p.seq_k, p.diag_offset, p.window_left, p.window_right).hi;
-    if (ke < ks) ke = ks;
-    if (p.splits > 1) {
-      const int64_t tiles = (ke - ks + kBlockN - 1) / kBlockN;
-      const int64_t per = (tiles + p.splits - 1) / p.splits;
-      const int64_t s0 = ks + split * per * kBlockN;
-      const int64_t s1 = s0 + per * kBlockN;
-      ks = s0 < ke ? s0 : ke;
-      ke = s1 < ke ? s1 : ke;
-    }
+    // The CTA's key tiles and keys [ks, ke) (core/key_tiles.h): tiles
+    // outside the rows' band are never loaded, and keys of the first and
+    // last tile outside [ks, ke) are staged as zeros.
+    const KeyTiles kt = key_tiles(i0, i_end - 1, p.seq_k, p.diag_offset, p.window_left, p.window_right, kBlockN,
+                                  split, p.num_splits);
+    const int64_t ks = kt.lo;
+    const int64_t ke = kt.hi;
 
     // Stage Q, pre-scaled, zero past seq_q and past head_dim. The barrier
     // first: the previous work item may still read q_s.
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
         const int d = e % kD;
         const int64_t i = i0 + r;
         float x = 0.f;
-        if (i < p.seq_q && d < D) x = to_float(qbase[i * p.q_stride[2] + d * p.q_stride[3]]) * p.q_scale;
+        if (i < p.seq_q && d < D) x = to_float(qbase[i * p.q_stride[2] + d * p.q_stride[3]]) * q_scale;
         q_s[e] = x;
       }
     }
@@ -142,7 +142,8 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
     const T* kbase = kg + b * p.k_stride[0] + hk * p.k_stride[1];
     const T* vbase = vg + b * p.v_stride[0] + hk * p.v_stride[1];
 
-    for (int64_t k0 = ks; k0 < ke; k0 += kBlockN) {
+    for (int64_t t = kt.t_begin; t < kt.t_end; ++t) {
+      const int64_t k0 = t * kBlockN;
       // Stage the K/V tile (and publish Q on the first pass). Keys past the
       // CTA's range and dims past head_dim are zero so no garbage (or NaN)
       // meets a zero probability.
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
           const int64_t key = k0 + j;
           kx[u] = 0.f;
           vx[u] = 0.f;
-          if (key < ke && d < D) {
+          if (key >= ks && key < ke && d < D) {
             kx[u] = to_float(kbase[key * p.k_stride[2] + d * p.k_stride[3]]);
             vx[u] = to_float(vbase[key * p.v_stride[2] + d * p.v_stride[3]]);
           }
@@ -220,7 +221,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
         for (int t = 0; t < kKeys; ++t) {
           const int64_t key = k0 + lane + kThreadsPerWarp * t;
           float x = s[r][t];
-          if (p.softcap != 0.f) x = p.softcap * tanhf(x * p.inv_softcap);
+          if (p.softcap_out != 0.f) x = p.softcap_out * tanhf(x * p.softcap_in);
           x = (key >= rk.lo && key < rk.hi) ? x : -INFINITY;
           s[r][t] = x;
           tile_max = fmaxf(tile_max, x);
@@ -276,8 +277,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
       const float l_row = warp_sum(l[r]);
       const int64_t i = wi0 + r;
       if (i >= p.seq_q) continue;
-      const int64_t row = bh * p.seq_q + i;
-      if (p.splits == 1) {
+      if (p.num_splits == 1) {
         const float inv = l_row > 0.f ? 1.f / l_row : 0.f;
         T* orow = og + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
 #pragma unroll
@@ -286,18 +286,18 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
           if (d < D) orow[d * p.o_stride[3]] = from_float<T>(o[r][c] * inv);
         }
         if (p.lse != nullptr && lane == 0)
-          p.lse[row] = l_row > 0.f ? m[r] + logf(l_row) : -INFINITY;
+          p.lse[bh * p.seq_q + i] = l_row > 0.f ? m[r] + logf(l_row) : -INFINITY;
       } else {
-        const int64_t slot = split * p.rows + row;
-        float* wo = p.ws.o + slot * D;
+        const int64_t slot = (split * p.units + bh) * p.rows + i;  // common/split_combine.h, pack 1
+        float* wo = p.o_partial + slot * D;
 #pragma unroll
         for (int c = 0; c < kC; ++c) {
           const int d = lane + kThreadsPerWarp * c;
           if (d < D) wo[d] = o[r][c];
         }
         if (lane == 0) {
-          p.ws.m[slot] = m[r];
-          p.ws.l[slot] = l_row;
+          p.m_partial[slot] = m[r];
+          p.l_partial[slot] = l_row;
         }
       }
     }
@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
 
 // Launches config kCfg of kConfigs for element type T.
 template <typename T, int kCfg>
-fmha_status launch_config(const GenericParams& prm, const GenericPlan& plan, const LaunchContext& ctx) {
+fmha_status launch_config(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx) {
   constexpr GenericConfig c = kConfigs[kCfg];
   constexpr size_t smem = smem_bytes(c);
   auto kernel = generic_attention_kernel<T, c.head_dim_max, c.rows_per_warp, c.keys_per_lane, c.warps>;
@@ -315,28 +315,17 @@ fmha_status launch_config(const GenericParams& prm, const GenericPlan& plan, con
                                 "cuda_generic attention");
   if (s != FMHA_SUCCESS) return s;
   const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
-  const int64_t grid = plan.work < kMaxGrid ? plan.work : kMaxGrid;
+  const int64_t work = plan.grid.blocks();
+  const int64_t grid = work < kMaxGrid ? work : kMaxGrid;
   kernel<<<static_cast<unsigned>(grid), c.warps * kThreadsPerWarp, smem, stream>>>(prm);
-  if ((s = check_launch("cuda_generic attention")) != FMHA_SUCCESS || plan.splits == 1) return s;
-  // Partial row = (batch * heads_q + head) * seq_q + query: pack 1.
-  SplitCombineParams cp{};
-  cp.part = prm.ws;
-  cp.o = prm.o;
-  for (int d = 0; d < 4; ++d) cp.o_stride[d] = prm.o_stride[d];
-  cp.lse = prm.lse;
-  cp.heads_q = prm.heads_q;
-  cp.seq_q = prm.seq_q;
-  cp.rows = prm.rows;
-  cp.pack = 1;
-  cp.head_dim = prm.head_dim;
-  cp.splits = plan.splits;
-  return launch_split_combine<T>(cp, stream);
+  if ((s = check_launch("cuda_generic attention")) != FMHA_SUCCESS || prm.num_splits == 1) return s;
+  return launch_split_combine<T>(fwd_combine_params(prm), stream);
 }
 
 // Launches plan.config for element type T (instantiated once per dtype in
 // generic_<dtype>.cu).
 template <typename T>
-fmha_status launch_typed(const GenericParams& prm, const GenericPlan& plan, const LaunchContext& ctx) {
+fmha_status launch_typed(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx) {
   static_assert(kConfigCount == 5, "add a case for each config");
   switch (plan.config) {
     case 0: return launch_config<T, 0>(prm, plan, ctx);

@@ -1,60 +1,53 @@
 // The sm80 forward kernel, FlashAttention-2 data flow, composed of named
-// parts:
+// parts (the arch-neutral ones live in common/ and serve every family):
 //
-//   BlockWork      which (row tile, unit = batch x head slot, key split) a
-//                  CTA owns and which key tiles it visits (tiles outside the
-//                  rows' key range are never loaded; core/mask.h)
+//   BlockWork      which work tile (common/tile_scheduler.h: key split,
+//                  unit = batch x head slot, row tile) a CTA owns and which
+//                  key tiles it visits (core/key_tiles.h: tiles outside the
+//                  rows' key range are never loaded)
 //   TileLoader     global -> swizzled shared memory with 16-byte cp.async,
 //                  zero-filling rows past the sequence end
 //   WarpQK         S = Q K^T for the warp's rows: ldmatrix + mma.sync
 //   ScoreMask      softcap and the element-wise mask of boundary tiles
+//                  (common/score_mask.cuh)
 //   OnlineSoftmax  the running max / sum and the rescale of O, in FP32
+//                  (common/softmax.cuh)
 //   WarpPV         O += P V with P taken from registers (no shared memory
 //                  round trip) and V through ldmatrix.trans
 //   Epilogue       O / l and lse, or the per-split partials
+//                  (common/epilogue.cuh)
 //
 // Shared memory layout: every tile is [rows][kPitch] of 2-byte elements
-// (kPitch = D rounded up to 64) whose 16-byte chunk c of row r is stored at
-// chunk c ^ (r & 7). An ldmatrix 8x8 read (8 consecutive rows, one chunk)
-// and a cp.async warp write (8 consecutive chunks of a row per quarter warp)
-// then touch 8 distinct 16-byte bank groups: no bank conflicts, no padding.
+// (kPitch = D rounded up to 64) in the swizzled layout of
+// common/swizzle.cuh: 16-byte chunk c of row r is stored at chunk c ^ (r & 7).
+// An ldmatrix 8x8 read (8 consecutive rows, one chunk) and a cp.async warp
+// write (8 consecutive chunks of a row per quarter warp) then touch 8
+// distinct 16-byte bank groups: no bank conflicts, no padding.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "backend/cuda/sm80/params.h"
+#include "backend/cuda/common/device_math.cuh"
+#include "backend/cuda/common/epilogue.cuh"
+#include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/common/score_mask.cuh"
+#include "backend/cuda/common/softmax.cuh"
+#include "backend/cuda/common/swizzle.cuh"
+#include "backend/cuda/common/tile_scheduler.h"
 #include "backend/cuda/sm80/ptx.cuh"
 #include "backend/cuda/sm80/tile_config.h"
-#include "core/mask.h"
+#include "core/key_tiles.h"
 
 namespace fmha::cuda::sm80 {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kNegInf = -__builtin_huge_valf();
-
-// Byte offset of (row, 16-byte chunk) in a swizzled tile of kPitch-element
-// rows (kPitch a multiple of 64, so chunk ^ (row & 7) stays in the row).
-template <int kPitch>
-__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
-  static_assert(kPitch % 64 == 0, "8 chunks per swizzle group");
-  return static_cast<uint32_t>(row * kPitch * 2 + ((chunk ^ (row & 7)) << 4));
-}
-
 // ---------------------------------------------------------------------------
-// BlockWork: blockIdx.x -> (key split, unit, row tile). Splits vary fastest,
-// then units (batch, head slot; unpacked GQA heads sharing a KV head are
-// neighbours, so their K/V reads meet in L2), and row tiles run in reverse:
-// under a causal mask the last tiles see the most keys, so the longest CTAs
-// start first.
+// BlockWork: the CTA's work tile (blockIdx.x through the shared scheduler)
+// and the key tiles its rows visit (the shared key-tile partition).
 // ---------------------------------------------------------------------------
 template <class Cfg>
-struct BlockWork {
-  int split;
-  int64_t unit;    // (batch, head slot) unit, see FwdParams::pack
-  int64_t b, hs, hk;
+struct BlockWork : WorkTile {
   int m0;          // first row of the unit
   int m_last;      // last valid row (< rows)
   int t_begin;     // key tiles [t_begin, t_end) of this CTA
@@ -64,45 +57,19 @@ struct BlockWork {
 
   __device__ static BlockWork make(const FwdParams& p) {
     BlockWork w;
-    int64_t blk = blockIdx.x;
-    w.split = static_cast<int>(blk % p.num_splits);
-    blk /= p.num_splits;
-    w.unit = blk % p.units;
-    const int m_tile = p.num_m_tiles - 1 - static_cast<int>(blk / p.units);
-    const int64_t slots = p.heads_q / p.pack;
-    w.b = w.unit / slots;
-    w.hs = w.unit % slots;
-    w.hk = w.hs * p.pack / p.group;
-    w.m0 = m_tile * Cfg::kBlockM;
+    static_cast<WorkTile&>(w) = schedule_tile(p, blockIdx.x);
+    w.m0 = w.m_block * Cfg::kBlockM;
     w.m_last = min(w.m0 + Cfg::kBlockM, p.rows) - 1;
-    // Both ends of the key range are non-decreasing in the query, and the
-    // query r / pack is non-decreasing in the row (mask.h): the rows
-    // [m0, m_last] need keys [lo(first), hi(last)); a tile is wholly visible
-    // to all of them when it lies inside [lo(last), hi(first)).
-    const KeyRange first = key_range(w.m0 / p.pack, p.seq_k, p.diag_offset, p.window_left, p.window_right);
-    const KeyRange last = key_range(w.m_last / p.pack, p.seq_k, p.diag_offset, p.window_left, p.window_right);
-    const int n_begin = static_cast<int>(first.lo);
-    const int n_end = static_cast<int>(last.hi);
-    int t_begin = n_begin / Cfg::kBlockN;
-    int t_end = n_end > n_begin ? (n_end + Cfg::kBlockN - 1) / Cfg::kBlockN : t_begin;
-    if (p.num_splits > 1) {
-      const int total = t_end - t_begin;
-      const int per = (total + p.num_splits - 1) / p.num_splits;
-      const int s_begin = t_begin + min(total, w.split * per);
-      t_end = t_begin + min(total, (w.split + 1) * per);
-      t_begin = s_begin;
-    }
-    w.t_begin = t_begin;
-    w.t_end = t_end;
-    w.lo_max = static_cast<int>(last.lo);
-    w.hi_min = static_cast<int>(first.hi);
+    // The query r / pack is non-decreasing in the row, so the rows
+    // [m0, m_last] are the queries [m0 / pack, m_last / pack].
+    // int positions: FwdParams positions fit int32 (kMaxFwdSeq).
+    const KeyTilesOf<int> kt = key_tiles<int>(w.m0 / p.pack, w.m_last / p.pack, p.seq_k, p.diag_offset, p.window_left,
+                                  p.window_right, Cfg::kBlockN, w.split, p.num_splits);
+    w.t_begin = kt.t_begin;
+    w.t_end = kt.t_end;
+    w.lo_max = kt.full_lo;
+    w.hi_min = kt.full_hi;
     return w;
-  }
-
-  // Head and query of row r (< rows) of this unit.
-  __device__ void locate(const FwdParams& p, int r, int64_t* h, int* i) const {
-    *h = hs * p.pack + r % p.pack;
-    *i = r / p.pack;
   }
 };
 
@@ -259,154 +226,6 @@ struct WarpQK {
 };
 
 // ---------------------------------------------------------------------------
-// ScoreMask. Accumulator layout of an m16n8 tile: lane l holds rows
-// l/4 (elements 0, 1) and l/4 + 8 (elements 2, 3), columns 2*(l%4) + {0, 1}.
-// ---------------------------------------------------------------------------
-template <class Cfg>
-struct ScoreMask {
-  using Acc = float[Cfg::kMSlices][Cfg::kNTiles][4];
-
-  // s -> cap * tanh(s * scale / cap), on the scaled logits, before the mask.
-  // tanh(x) = 1 - 2 / (e^(2x) + 1), |x| clamped to 15 (tanh(15) rounds to 1).
-  __device__ static void softcap(Acc& s, float cap_in, float cap_out) {
-#pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-      for (int nt = 0; nt < Cfg::kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = fminf(fmaxf(s[ms][nt][e] * cap_in, -15.f), 15.f);
-          const float t = 1.f - __fdividef(2.f, fast_exp2(2.f * kLog2e * x) + 1.f);
-          s[ms][nt][e] = cap_out * t;
-        }
-  }
-
-  // Keys outside row i's visible range [lo(i), hi(i)) (core/mask.h) -> -inf.
-  // Runs only on tiles that straddle a range edge or the sequence end.
-  __device__ static void apply(Acc& s, const FwdParams& p, int row0, int n0, int lane) {
-#pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int i = (row0 + ms * 16 + (lane >> 2) + 8 * hh) / p.pack;  // the row's query
-        const KeyRange r = key_range(i, p.seq_k, p.diag_offset, p.window_left, p.window_right);
-        const int lo = static_cast<int>(r.lo) - n0;  // tile-relative
-        const int hi = static_cast<int>(r.hi) - n0;
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = nt * 8 + (lane & 3) * 2 + e;
-            if (j < lo || j >= hi) s[ms][nt][2 * hh + e] = kNegInf;
-          }
-      }
-  }
-};
-
-// ---------------------------------------------------------------------------
-// OnlineSoftmax: the running state of the seed's section 4 for the lane's
-// 2 * kMSlices rows, in FP32 and in log2 units (exp(x) = 2^(x * c), c =
-// score_log2, with log2(e) folded into the scale so every exponential is
-// one FFMA + ex2). Per tile, in this order:
-//   1. the mask is already applied (-inf), so the tile max ignores hidden keys;
-//   2. m' = max(m, tile max)            (quad shuffle: 4 lanes share a row)
-//   3. if m' exceeds the reference max m by more than kRescaleLog2 in any row
-//      of the warp: alpha = 2^((m - m') c); O *= alpha; l *= alpha; m = m'
-//      (the old state is rescaled BEFORE this tile's P V is added);
-//   4. p = 2^((s - m) c); l += sum p    (l stays lane-partial until the end)
-// Step 3 is skipped while the max grows by less than kRescaleLog2: any
-// reference m works as long as O, l and lse use the same one (O = o / l and
-// lse = m c ln2 + ln l are exact for every m), and p <= 2^kRescaleLog2 = 256
-// stays far inside FP16/BF16 range. Past the first tiles the max rarely
-// moves that much, so the 128 FMULs of the O rescale mostly drop out.
-// A row with no visible key so far has m = -inf; it exponentiates against 0
-// instead, so -inf - (-inf) never makes NaN: p = 0, alpha = 0, O = l = 0.
-// ---------------------------------------------------------------------------
-constexpr float kRescaleLog2 = 8.f;
-
-template <class Cfg>
-struct OnlineSoftmax {
-  float m[Cfg::kMSlices][2];
-  float l[Cfg::kMSlices][2];
-
-  __device__ void init() {
-#pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        m[ms][hh] = kNegInf;
-        l[ms][hh] = 0.f;
-      }
-  }
-
-  // s (scores) -> p (unnormalized probabilities), in place; o rescaled.
-  __device__ void update(float (&s)[Cfg::kMSlices][Cfg::kNTiles][4],
-                         float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], float c) {
-    float mx[Cfg::kMSlices][2];
-    bool grow = false;
-#pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float x = m[ms][hh];
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kNTiles; ++nt)
-          x = fmaxf(x, fmaxf(s[ms][nt][2 * hh], s[ms][nt][2 * hh + 1]));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-        mx[ms][hh] = x;
-        // m = -inf, x finite: +inf > threshold; both -inf: NaN, false.
-        grow |= (x - m[ms][hh]) * c > kRescaleLog2;
-      }
-    if (__any_sync(0xffffffffu, grow)) {
-#pragma unroll
-      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const float x = mx[ms][hh];
-          const float alpha = fast_exp2(m[ms][hh] * c - (x == kNegInf ? 0.f : x * c));
-          m[ms][hh] = x;
-          l[ms][hh] *= alpha;
-#pragma unroll
-          for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
-            o[ms][dt][2 * hh] *= alpha;
-            o[ms][dt][2 * hh + 1] *= alpha;
-          }
-        }
-    }
-#pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float base = m[ms][hh] == kNegInf ? 0.f : m[ms][hh] * c;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pv = fast_exp2(fmaf(s[ms][nt][2 * hh + e], c, -base));
-            s[ms][nt][2 * hh + e] = pv;
-            sum += pv;
-          }
-        l[ms][hh] += sum;
-      }
-  }
-
-  // The full row sums (the 4 lanes of a row hold partial sums).
-  __device__ void finish() {
-#pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float x = l[ms][hh];
-        x += __shfl_xor_sync(0xffffffffu, x, 1);
-        x += __shfl_xor_sync(0xffffffffu, x, 2);
-        l[ms][hh] = x;
-      }
-  }
-};
-
-// ---------------------------------------------------------------------------
 // WarpPV: o += P V. The accumulator of S tiles 2k and 2k+1 (keys 16k..16k+15)
 // is exactly the A fragment of k16 step k once packed to 16 bits: rows l/4
 // and l/4 + 8, keys 2*(l%4) + {0,1} and + 8. So P never leaves registers.
@@ -422,10 +241,10 @@ struct WarpPV {
       uint32_t pf[Cfg::kMSlices][4];
 #pragma unroll
       for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
-        pf[ms][0] = MmaType<T>::pack(p[ms][2 * kk][0], p[ms][2 * kk][1]);
-        pf[ms][1] = MmaType<T>::pack(p[ms][2 * kk][2], p[ms][2 * kk][3]);
-        pf[ms][2] = MmaType<T>::pack(p[ms][2 * kk + 1][0], p[ms][2 * kk + 1][1]);
-        pf[ms][3] = MmaType<T>::pack(p[ms][2 * kk + 1][2], p[ms][2 * kk + 1][3]);
+        pf[ms][0] = pack2<T>(p[ms][2 * kk][0], p[ms][2 * kk][1]);
+        pf[ms][1] = pack2<T>(p[ms][2 * kk][2], p[ms][2 * kk][3]);
+        pf[ms][2] = pack2<T>(p[ms][2 * kk + 1][0], p[ms][2 * kk + 1][1]);
+        pf[ms][3] = pack2<T>(p[ms][2 * kk + 1][2], p[ms][2 * kk + 1][3]);
       }
 #pragma unroll
       for (int dp = 0; dp < Cfg::kDTiles / 2; ++dp) {
@@ -447,94 +266,43 @@ struct WarpPV {
 // so global stores are 16-byte and coalesced. Split: this split's running
 // state (o unnormalized, m in natural units, l) straight from registers in
 // the format of common/split_combine.h, whose combine merges the splits.
+// The pieces are common/epilogue.cuh's; this is their sm80 composition.
 // ---------------------------------------------------------------------------
 template <class T, class Cfg>
 struct Epilogue {
+  using Softmax = OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles>;
+
   __device__ static void run(const FwdParams& p, const BlockWork<Cfg>& w,
-                             float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
-                             const OnlineSoftmax<Cfg>& sm, unsigned char* smem, int warp,
-                             int lane, int tid) {
-    constexpr int D = Cfg::kHeadDim;
-    const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);
+                             float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm,
+                             unsigned char* smem, int warp, int lane, int tid) {
+    const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);  // the lane's first tile row
     const float lse_scale = p.score_log2 * kLn2;  // raw-score units of m -> natural units
 
     if (p.num_splits > 1) {
-      const int64_t part = (static_cast<int64_t>(w.split) * p.units + w.unit) * p.rows;
-#pragma unroll
-      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = w.m0 + row_local0 + ms * 16 + 8 * hh;
-          if (r >= p.rows) continue;
-          float* orow = p.o_partial + (part + r) * D + (lane & 3) * 2;
-#pragma unroll
-          for (int dt = 0; dt < Cfg::kDTiles; ++dt)
-            *reinterpret_cast<float2*>(orow + dt * 8) = make_float2(o[ms][dt][2 * hh], o[ms][dt][2 * hh + 1]);
-          if ((lane & 3) == 0) {
-            p.m_partial[part + r] = sm.m[ms][hh] * lse_scale;  // -inf stays -inf (no key)
-            p.l_partial[part + r] = sm.l[ms][hh];
-          }
-        }
+      store_split_partials<Cfg::kMSlices, Cfg::kDTiles, Cfg::kHeadDim>(p, w, w.m0 + row_local0, o, sm.m, sm.l,
+                                                                       lse_scale, lane);
       return;
     }
 
     float lse[Cfg::kMSlices][2];
-#pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float l = sm.l[ms][hh];
-        const bool any = l > 0.f;
-        const float inv = any ? 1.f / l : 0.f;
-        lse[ms][hh] = any ? sm.m[ms][hh] * lse_scale + logf(l) : kNegInf;
-#pragma unroll
-        for (int dt = 0; dt < Cfg::kDTiles; ++dt) {
-          o[ms][dt][2 * hh] *= inv;
-          o[ms][dt][2 * hh + 1] *= inv;
-        }
-      }
-
-    if (p.lse != nullptr && (lane & 3) == 0) {
-#pragma unroll
-      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = w.m0 + row_local0 + ms * 16 + 8 * hh;
-          if (r >= p.rows) continue;
-          int64_t h;
-          int i;
-          w.locate(p, r, &h, &i);
-          p.lse[(w.b * p.heads_q + h) * p.seq_q + i] = lse[ms][hh];
-        }
-    }
+    finalize_rows(o, sm.m, sm.l, lse_scale, lse);
+    store_lse(p, w, lse, w.m0 + row_local0, lane);
 
     // Registers -> shared (the Q tile; every warp is past its last Q read).
     __syncthreads();
-#pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = row_local0 + ms * 16 + 8 * hh;
-#pragma unroll
-        for (int dt = 0; dt < Cfg::kDTiles; ++dt)
-          *reinterpret_cast<uint32_t*>(smem + swizzle<Cfg::kPitch>(r, dt) + (lane & 3) * 4) =
-              MmaType<T>::pack(o[ms][dt][2 * hh], o[ms][dt][2 * hh + 1]);
-      }
+    stage_fragment<T, Cfg::kPitch>(smem, o, row_local0, lane);
     __syncthreads();
     // Shared -> global, 16 bytes per thread, rows past the unit's end skipped.
-    using Out = TileLoader<T, Cfg, Cfg::kBlockM>;  // the same (row, chunk) walk
     T* out = static_cast<T*>(p.o) + w.b * p.o_stride[0];
-#pragma unroll
-    for (int pass = 0; pass < Out::kPasses; ++pass) {
-      int r, c;
-      if (!Out::at(tid, pass, &r, &c)) break;
-      if (w.m0 + r >= p.rows) continue;
-      int64_t h = w.hs;
-      int i = w.m0 + r;
-      if (p.pack != 1) w.locate(p, w.m0 + r, &h, &i);
-      *reinterpret_cast<uint4*>(out + h * p.o_stride[1] + static_cast<int64_t>(i) * p.o_stride[2] + c * 8) =
-          *reinterpret_cast<const uint4*>(smem + swizzle<Cfg::kPitch>(r, c));
-    }
+    SmemTileStore<T, Cfg::kBlockM, Cfg::kHeadDim, Cfg::kPitch, Cfg::kThreads>::run(
+        smem, w.m0, p.rows,
+        [&](int r) {
+          int64_t h = w.hs;
+          int i = r;
+          if (p.pack != 1) w.locate(p, r, &h, &i);
+          return out + h * p.o_stride[1] + static_cast<int64_t>(i) * p.o_stride[2];
+        },
+        tid);
   }
 };
 
@@ -592,7 +360,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     for (int dt = 0; dt < Cfg::kDTiles; ++dt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[ms][dt][e] = 0.f;
-  OnlineSoftmax<Cfg> sm;
+  OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles> sm;
   sm.init();
 
   for (int t = w.t_begin; t < w.t_end; ++t) {
@@ -615,9 +383,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
     WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
 
-    if constexpr (kSoftcap) ScoreMask<Cfg>::softcap(s, p.softcap_in, p.softcap_out);
+    if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
     const int n0 = t * Cfg::kBlockN;
-    if (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min) ScoreMask<Cfg>::apply(s, p, row0, n0, lane);
+    if (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, row0, n0, lane);
     sm.update(s, o, p.score_log2);
 
     cp_async_wait<2>();  // V[t] landed

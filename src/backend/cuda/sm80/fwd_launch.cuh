@@ -33,22 +33,7 @@ fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a) {
   const fmha_status s = a.narrow ? launch_fwd_config<T, typename Tuning::Narrow>(p, a)
                                  : launch_fwd_config<T, typename Tuning::Wide>(p, a);
   if (s != FMHA_SUCCESS || p.num_splits == 1) return s;
-  // The partials' rows are the units' rows in order: pack-interleaved.
-  SplitCombineParams c{};
-  c.part.o = p.o_partial;
-  c.part.m = p.m_partial;
-  c.part.l = p.l_partial;
-  c.o = p.o;
-  for (int d = 0; d < 3; ++d) c.o_stride[d] = p.o_stride[d];
-  c.o_stride[3] = 1;
-  c.lse = p.lse;
-  c.heads_q = p.heads_q;
-  c.seq_q = p.seq_q;
-  c.rows = p.units * p.rows;
-  c.pack = p.pack;
-  c.head_dim = kHeadDim;
-  c.splits = p.num_splits;
-  return launch_split_combine<T>(c, a.stream);
+  return launch_split_combine<T>(fwd_combine_params(p), a.stream);
 }
 
 }  // namespace fmha::cuda::sm80

@@ -1,6 +1,7 @@
-// Host-side entry of one sm80 instantiation (dtype x head dim: 32, 64, 96,
-// 128, 256). Each fwd_<dtype>_d<D>.cu explicitly instantiates launch_fwd for its key, so
-// sm80_forward.cu dispatches without compiling any kernel itself.
+// Host-side entry of one sm80 instantiation (dtype x head dim, the list of
+// the generated instances.h). Each generated fwd_<dtype>_d<D>.cu explicitly
+// instantiates launch_fwd for its key, so sm80_forward.cu dispatches without
+// compiling any kernel itself.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,7 +10,8 @@
 
 #include <cstdint>
 
-#include "backend/cuda/sm80/params.h"
+#include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/sm80/instances.h"  // generated
 #include "fmha/fmha.h"
 
 namespace fmha::cuda::sm80 {
@@ -26,15 +28,9 @@ struct LaunchArgs {
 template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a);
 
-extern template fmha_status launch_fwd<__half, 32>(const FwdParams&, const LaunchArgs&);
-extern template fmha_status launch_fwd<__half, 64>(const FwdParams&, const LaunchArgs&);
-extern template fmha_status launch_fwd<__half, 96>(const FwdParams&, const LaunchArgs&);
-extern template fmha_status launch_fwd<__half, 128>(const FwdParams&, const LaunchArgs&);
-extern template fmha_status launch_fwd<__half, 256>(const FwdParams&, const LaunchArgs&);
-extern template fmha_status launch_fwd<__nv_bfloat16, 32>(const FwdParams&, const LaunchArgs&);
-extern template fmha_status launch_fwd<__nv_bfloat16, 64>(const FwdParams&, const LaunchArgs&);
-extern template fmha_status launch_fwd<__nv_bfloat16, 96>(const FwdParams&, const LaunchArgs&);
-extern template fmha_status launch_fwd<__nv_bfloat16, 128>(const FwdParams&, const LaunchArgs&);
-extern template fmha_status launch_fwd<__nv_bfloat16, 256>(const FwdParams&, const LaunchArgs&);
+// The instantiations (one generated translation unit each; instances.h).
+#define FMHA_SM80_EXTERN_(dtype, T, D) extern template fmha_status launch_fwd<T, D>(const FwdParams&, const LaunchArgs&);
+FMHA_SM80_INSTANCES(FMHA_SM80_EXTERN_)
+#undef FMHA_SM80_EXTERN_
 
 }  // namespace fmha::cuda::sm80

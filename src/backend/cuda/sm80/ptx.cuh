@@ -1,7 +1,8 @@
 // Thin wrappers over the sm_80 instructions the family is built from:
 // cp.async (global -> shared, 16 bytes, zero-fill), ldmatrix (shared ->
-// mma fragments), mma.sync m16n8k16 with FP32 accumulators, ex2.approx.
-// Nothing here knows about attention.
+// mma fragments), mma.sync m16n8k16 with FP32 accumulators. (ex2.approx and
+// the 16-bit packing are arch-neutral: common/device_math.cuh.) Nothing here
+// knows about attention.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,24 +44,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
                : "r"(addr));
 }
 
-// 2^x; ex2.approx.ftz: relative error 2^-22, ex2(-inf) = +0.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Per-dtype pieces: packing two FP32 values into the 16-bit pair an mma
-// operand register holds, and the m16n8k16 instruction itself.
+// Per-dtype pieces: the m16n8k16 instruction itself (operand registers are
+// packed with common/device_math.cuh's pack2<T>).
 template <class T>
 struct MmaType;
 
 template <>
 struct MmaType<__half> {
-  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
   // d += a * b for one m16n8k16 tile (row-major A, column-major B).
   __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {
@@ -74,10 +64,6 @@ struct MmaType<__half> {
 
 template <>
 struct MmaType<__nv_bfloat16> {
-  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
   __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {
     asm volatile(

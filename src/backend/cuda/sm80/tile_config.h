@@ -3,6 +3,8 @@
 // shared memory, split heuristic) both read it, so they cannot disagree.
 #pragma once
 
+#include "backend/cuda/sm80/instances.h"  // generated: the instantiated head dims
+
 namespace fmha::cuda::sm80 {
 
 // A CTA owns kBlockM query rows of one (batch, head); kWarps warps each own
@@ -93,5 +95,13 @@ struct Sm80Tuning<256> {
   using Wide = TileConfig<256, 128, 64, 8, 1>;
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
 };
+
+// Every instantiated head dim (the build's list, FMHA_SM80_INSTANCES) has
+// its tuning, keyed by the right head dim.
+#define FMHA_SM80_TUNED_(D)                                                                        \
+  static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D, \
+                "Sm80Tuning<" #D "> is missing or mis-keyed");
+FMHA_SM80_HEAD_DIMS(FMHA_SM80_TUNED_)
+#undef FMHA_SM80_TUNED_
 
 }  // namespace fmha::cuda::sm80

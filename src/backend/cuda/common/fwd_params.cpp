@@ -1,0 +1,120 @@
+// The host side of common/fwd_params.h: the grid, the split heuristic and
+// the one place a Problem becomes FwdParams.
+#include "backend/cuda/common/fwd_params.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/arith.h"
+
+namespace fmha::cuda {
+namespace {
+
+// Auto split, as FlashAttention-2 decides it: none when the unsplit grid
+// fills this share of the resident CTA slots; else the fewest splits whose
+// wave efficiency (CTAs / slots over its ceiling) is within kSplitSlack of
+// the best split count's.
+constexpr double kFillThreshold = 0.8;
+constexpr double kSplitSlack = 0.85;
+// ... and never when the rows are short: the partial writes and the combine
+// launch cost more than they save (H200, cuda_sm80_tc, causal FP16 B=1 H=32
+// N=512, 8 key tiles: 24.6 us unsplit, 28.9 us with 2 splits, 35.0 us with 4).
+constexpr int64_t kMinKeyTilesToSplit = 16;
+
+}  // namespace
+
+FwdGrid fwd_grid(const Problem& p, int64_t pack, int64_t block_m) {
+  FwdGrid g;
+  g.pack = pack;
+  g.rows = p.seq_q * pack;
+  g.units = p.batch * p.heads_q / pack;
+  g.m_tiles = ceil_div(g.rows, block_m);
+  return g;
+}
+
+int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_sms, int requested) {
+  if (requested == 1) return 1;
+  if (requested > 1) return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({requested, kMaxFwdSplits, key_tiles})));
+  const double slots = static_cast<double>(std::max(num_sms, 1)) * std::max(slots_per_sm, 1);
+  if (static_cast<double>(blocks) >= kFillThreshold * slots || key_tiles < kMinKeyTilesToSplit) return 1;
+  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kMaxFwdSplits, key_tiles / 2));
+  auto efficiency = [&](int64_t s) {
+    const double waves = static_cast<double>(blocks * s) / slots;
+    return waves / std::ceil(waves);
+  };
+  double best = 0;
+  for (int64_t s = 1; s <= cap; ++s) best = std::max(best, efficiency(s));
+  for (int64_t s = 1; s <= cap; ++s)
+    if (efficiency(s) >= kSplitSlack * best) return static_cast<int>(s);
+  return 1;
+}
+
+size_t fwd_partials_bytes(const Problem& p, const FwdGrid& g) {
+  if (g.splits <= 1) return 0;
+  size_t bytes;
+  return split_partials_bytes(g.splits, g.units * g.rows, p.head_dim, &bytes) ? bytes : SIZE_MAX;
+}
+
+FwdParams make_fwd_params(const Problem& p, const FwdGrid& g, void* workspace) {
+  FwdParams f{};
+  f.q = p.q.data;
+  f.k = p.k.data;
+  f.v = p.v.data;
+  f.o = p.o.data;
+  for (int d = 0; d < 4; ++d) {
+    f.q_stride[d] = p.q.stride[d];
+    f.k_stride[d] = p.k.stride[d];
+    f.v_stride[d] = p.v.stride[d];
+    f.o_stride[d] = p.o.stride[d];
+  }
+  f.lse = p.lse;
+  f.heads_q = p.heads_q;
+  f.group = p.group_size();
+  f.pack = static_cast<int>(g.pack);
+  f.rows = static_cast<int>(g.rows);
+  f.units = g.units;
+  f.seq_q = static_cast<int>(p.seq_q);
+  f.seq_k = static_cast<int>(p.seq_k);
+  f.head_dim = static_cast<int>(p.head_dim);
+  f.diag_offset = p.diag_offset;
+  f.window_left = p.window_left;
+  f.window_right = p.window_right;
+  f.scale = p.scale;
+  if (p.softcap != 0.f) {
+    f.softcap_in = p.scale / p.softcap;
+    f.softcap_out = p.softcap;
+    f.score_log2 = kLog2e;
+  } else {
+    f.score_log2 = p.scale * kLog2e;
+  }
+  f.num_m_tiles = static_cast<int>(g.m_tiles);
+  f.num_splits = g.splits;
+  if (g.splits > 1) {
+    const SplitPartials part = split_partials_in(workspace, g.splits, g.units * g.rows, p.head_dim);
+    f.o_partial = part.o;
+    f.m_partial = part.m;
+    f.l_partial = part.l;
+  }
+  return f;
+}
+
+SplitCombineParams fwd_combine_params(const FwdParams& p) {
+  // The partials' rows are the units' rows in order: pack-interleaved.
+  SplitCombineParams c{};
+  c.part.o = p.o_partial;
+  c.part.m = p.m_partial;
+  c.part.l = p.l_partial;
+  c.o = p.o;
+  for (int d = 0; d < 4; ++d) c.o_stride[d] = p.o_stride[d];
+  c.lse = p.lse;
+  c.heads_q = p.heads_q;
+  c.seq_q = p.seq_q;
+  c.rows = p.units * p.rows;
+  c.pack = p.pack;
+  c.head_dim = p.head_dim;
+  c.splits = p.num_splits;
+  return c;
+}
+
+}  // namespace fmha::cuda

@@ -1,0 +1,105 @@
+// What one forward launch of a CUDA kernel family receives: plain data,
+// filled once on the host from a Problem and the family's grid
+// (make_fwd_params below) and read by the kernels (sm80/, generic/, and the
+// parts in this folder). Offsets are 64-bit; sequence positions fit int32
+// (every family refuses sequences longer than kMaxFwdSeq).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/common/split_combine.h"
+#include "core/problem.h"
+
+namespace fmha::cuda {
+
+struct FwdParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  // Element strides [batch, head, seq, dim]. Families whose registry row has
+  // an alignment contract (align_bytes > 0) run only dim stride 1 and
+  // ignore [3].
+  int64_t q_stride[4], k_stride[4], v_stride[4], o_stride[4];
+  float* lse;            // [batch*heads_q, seq_q] or null
+  // Rows of a unit. `pack` query heads that share a KV head (1, or the whole
+  // GQA group for decode-like problems) are stacked into one unit of
+  // rows = seq_q * pack rows: row r of unit u is query i = r / pack of head
+  // h = (u % (heads_q / pack)) * pack + r % pack, batch u / (heads_q / pack).
+  // Key ranges stay non-decreasing in r, and each K/V tile serves the group.
+  int pack;
+  int rows;              // seq_q * pack
+  int64_t units;         // batch * heads_q / pack
+  // Split-KV partials (common/split_combine.h): per split, the unnormalized
+  // o [splits][units][rows][D], the exponent base m in natural units and the
+  // row sum l [splits][units][rows], all FP32. Null when num_splits == 1.
+  float* o_partial;
+  float* m_partial;
+  float* l_partial;
+  int64_t heads_q;
+  int64_t group;         // heads_q / heads_kv
+  int seq_q, seq_k;
+  int head_dim;
+  // The mask band of Problem (see core/mask.h).
+  int64_t diag_offset, window_left, window_right;
+  // The Problem's scale, for kernels that keep scores in natural units.
+  float scale;
+  // Raw score -> log2 units of the softmax exponent: exp(x) = 2^(x*score_log2).
+  // With softcap the raw score is first replaced by
+  //   softcap_out * tanh(raw * softcap_in)   (softcap_in = scale / cap, softcap_out = cap)
+  // and score_log2 = log2(e). Without softcap both are 0.
+  float score_log2;
+  float softcap_in, softcap_out;
+  int num_m_tiles;       // query blocks per unit
+  int num_splits;        // 1 = write o (and lse) directly
+};
+
+// Sequence positions are int32 inside the kernels, with a tile of headroom.
+constexpr int64_t kMaxFwdSeq = INT32_MAX - 1024;
+// Splits above this buy nothing: the combine reads every split per row.
+constexpr int kMaxFwdSplits = 64;
+static_assert(kMaxFwdSplits <= kCombineMaxSplits, "the shared combine merges at most kCombineMaxSplits");
+
+// How a family tiles one problem: `units` (batch, head slot) units of `rows`
+// rows each, cut into `m_tiles` query blocks, times `splits` key splits.
+struct FwdGrid {
+  int64_t pack = 1;     // query heads per unit
+  int64_t rows = 0;     // rows per unit = seq_q * pack
+  int64_t units = 0;    // batch * heads_q / pack
+  int64_t m_tiles = 0;  // query blocks per unit
+  int splits = 1;       // key splits (1 = no combine pass)
+
+  // Work items (CTAs of a one-item-per-CTA grid).
+  int64_t blocks() const { return m_tiles * units * splits; }
+};
+
+// The grid of `p` for units of `pack` query heads (pack divides the GQA
+// group) and query blocks of `block_m` rows; splits = 1.
+FwdGrid fwd_grid(const Problem& p, int64_t pack, int64_t block_m);
+
+// The split count, one heuristic for every family. `requested` is the
+// Problem's num_splits: 1 = never split; > 1 = that many, capped by
+// kMaxFwdSplits and `key_tiles`; 0 = automatic, as FlashAttention-2 decides:
+// no split when the unsplit grid of `blocks` CTAs fills most of the
+// `num_sms * slots_per_sm` resident CTA slots or when the rows see few key
+// tiles, else the fewest splits whose wave efficiency is close to the best.
+// `key_tiles` is the most key tiles a query block visits.
+int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_sms, int requested);
+
+// Workspace bytes of the split partials of `g` (0 when unsplit; SIZE_MAX,
+// never allocatable, on overflow). The o part comes first, so it keeps the
+// workspace's 16-byte alignment.
+size_t fwd_partials_bytes(const Problem& p, const FwdGrid& g);
+
+// The params of `p` on grid `g`; for g.splits > 1 the partials are placed in
+// `workspace` (at least fwd_partials_bytes(p, g) bytes). Positions are
+// narrowed to int: the caller has refused seq_q, seq_k > kMaxFwdSeq and
+// grids whose rows or query blocks exceed int32.
+FwdParams make_fwd_params(const Problem& p, const FwdGrid& g, void* workspace);
+
+// The combine of the split partials of `p` (p.num_splits > 1) into p.o and
+// p.lse; launch with launch_split_combine<T>.
+SplitCombineParams fwd_combine_params(const FwdParams& p);
+
+}  // namespace fmha::cuda

@@ -1,6 +1,0 @@
-// sm80 family instantiation: BF16, head dim 128.
-#include "backend/cuda/sm80/fwd_launch.cuh"
-
-namespace fmha::cuda::sm80 {
-template fmha_status launch_fwd<__nv_bfloat16, 128>(const FwdParams&, const LaunchArgs&);
-}  // namespace fmha::cuda::sm80

@@ -1,6 +1,0 @@
-// sm80 family instantiation: F16, head dim 32.
-#include "backend/cuda/sm80/fwd_launch.cuh"
-
-namespace fmha::cuda::sm80 {
-template fmha_status launch_fwd<__half, 32>(const FwdParams&, const LaunchArgs&);
-}  // namespace fmha::cuda::sm80
