@@ -8,7 +8,7 @@ register spelled out, so the bodies are generated rather than typed.
 The N values are the tile widths the sm90 kernels instantiate; add one here
 when a tile config needs it (test_sm90_primitives covers every entry)."""
 
-NS = [16, 32, 64, 96, 128, 192, 256]
+NS = [16, 32, 64, 96, 128, 176, 192, 256]
 TYPES = [("__half", "f16"), ("__nv_bfloat16", "bf16")]
 
 

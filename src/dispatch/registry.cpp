@@ -25,9 +25,13 @@ static_assert(FMHA_SM80_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
 
 // The kernel table. Lower rank runs first when several entries support a
 // problem. Columns: name, summary, device, sm range, dtypes, head dims
-// {max, multiple, only}, features, alignment, rank, supports, workspace, run.
+// {max, multiple, only}, features, alignment, rank, supports, workspace, run,
+// declines.
 const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
+    {"cuda_sm90_ws", "Hopper family: wgmma + TMA, warp-specialized producer and consumer warpgroups (sm_90a)",
+     FMHA_DEVICE_CUDA, 90, 90, kHalfDtypes, HeadDims{0, 1, {64, 128, 256}}, kFeatureAll, 16, 5,
+     cuda::sm90_supports, cuda::sm90_workspace_bytes, cuda::sm90_forward, cuda::sm90_declines},
     {"cuda_sm80_tc", "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping",
      FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureAll, 16, 10,
      cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
@@ -165,6 +169,10 @@ fmha_status select_kernel(const Problem& p, const DeviceInfo& dev, const KernelE
     if (e.device != dev.kind) continue;  // other device's kernels are not candidates
     if (const char* reason = why_not(e, p, dev, buf, sizeof buf)) {
       if (explain) *explain += std::string("passed over ") + e.name + ": " + reason + "\n";
+      continue;
+    }
+    if (const char* reason = e.declines ? e.declines(p, dev) : nullptr) {
+      if (explain) *explain += std::string("passed over ") + e.name + " (it could run): " + reason + "\n";
       continue;
     }
     if (explain) *explain += std::string("chosen: ") + e.name + " (" + e.summary + ")\n";

@@ -55,6 +55,11 @@ struct KernelEntry {
   // Workspace bytes for this problem (null = none).
   size_t (*workspace_bytes)(const Problem&, const DeviceInfo&);
   fmha_status (*run)(const Problem&, const LaunchContext&);
+  // Automatic dispatch only: a kernel that can run `p` may still step aside
+  // for the next-ranked one where that one is faster; returns the reason
+  // (shown by explain) or null. Forcing the kernel by name ignores it. May
+  // be null.
+  const char* (*declines)(const Problem&, const DeviceInfo&) = nullptr;
 };
 
 int kernel_count();

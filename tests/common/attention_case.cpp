@@ -143,6 +143,11 @@ std::vector<AttentionCase> cases_windows() {
   // time), so the key range of a block differs from the next one's.
   out.push_back(windowed(make(FMHA_DTYPE_F32, 1, 1, 1, 260, 300, 16), 40, 10));
   out.push_back(windowed(make(FMHA_DTYPE_F16, 1, 1, 1, 300, 260, 16, kCausalTL), 70, 0));
+  // The tensor-core head dims, with bands that cross several key tiles of
+  // 64 and 128 and query blocks of 128 rows (a window on every kernel).
+  out.push_back(windowed(make(FMHA_DTYPE_F16, 1, 1, 1, 200, 260, 128, kCausalBR), 100, 0));
+  out.push_back(windowed(make(FMHA_DTYPE_BF16, 1, 2, 2, 257, 200, 64), 50, 30));
+  out.push_back(windowed(make(FMHA_DTYPE_F16, 1, 1, 1, 136, 300, 256), -1, 140));
   return out;
 }
 

@@ -381,3 +381,26 @@ TEST_CASE("explain names the chosen kernel and why faster ones were passed over"
   REQUIRE_CUDA(cudaDeviceSynchronize());
   dp.check_all_rows("q head_dim stride 2");
 }
+
+TEST_CASE("on compute capability 9.0 prefill runs cuda_sm90_ws, decode steps aside for cuda_sm80_tc") {
+  int major = 0, minor = 0;
+  REQUIRE_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  REQUIRE_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  char buf[2048];
+  DeviceProblem prefill(prefill_problem(21));
+  REQUIRE(fmha_forward_explain(h.get(), &prefill.params, buf, sizeof buf) == FMHA_SUCCESS);
+  const std::string prefill_text = buf;
+  DeviceProblem decode(decode_problem(22));
+  REQUIRE(fmha_forward_explain(h.get(), &decode.params, buf, sizeof buf) == FMHA_SUCCESS);
+  const std::string decode_text = buf;
+  MESSAGE("prefill:\n" << prefill_text << "decode:\n" << decode_text);
+  if (major == 9 && minor == 0) {
+    CHECK(prefill_text.find("chosen: cuda_sm90_ws (") != std::string::npos);
+    CHECK(decode_text.find("passed over cuda_sm90_ws (it could run): decode-like") != std::string::npos);
+    CHECK(decode_text.find("chosen: cuda_sm80_tc (") != std::string::npos);
+  } else {
+    CHECK(prefill_text.find("passed over cuda_sm90_ws: needs sm_90..sm_90") != std::string::npos);
+  }
+}

@@ -11,8 +11,11 @@ stream (passed with fmha_set_stream), and for each shape:
     median of the 7 group means (as /work/shared/tools/peers.py measures);
   * checks fmha's output against torch's (relative L2 against FLASH, else
     CUDNN);
-  * prints a table: milliseconds, TFLOP/s of the effective work, and fmha's
-    time over each backend's time (< 1 means fmha is faster).
+  * prints a table: milliseconds, TFLOP/s of the effective work, and the
+    speed against each backend: backend time / fmha time (> 1 means fmha is
+    faster), as every fmha benchmark reports it;
+  * with --plot FILE.png, draws TFLOP/s against N for fmha, cuDNN and FA2
+    (the causal FP16 D=128 group, matplotlib).
 
 Usage:
   python3 compare_torch.py --lib build/src/libfmha.so [--groups causal,decode]
@@ -211,11 +214,14 @@ def shape_groups():
     g["causal"] = [dict(B=1, Hq=32, Hk=32, Nq=n, Nk=n, D=128, causal=True, dtype=torch.float16)
                    for n in (512, 1024, 2048, 4096, 8192, 16384, 32768)]
     g["bf16"] = [dict(B=1, Hq=32, Hk=32, Nq=n, Nk=n, D=128, causal=True, dtype=torch.bfloat16)
-                 for n in (2048, 8192)]
+                 for n in (2048, 8192, 16384)]
     g["noncausal"] = [dict(B=1, Hq=32, Hk=32, Nq=n, Nk=n, D=128, causal=False, dtype=torch.float16)
                       for n in (2048, 8192)]
     g["d64"] = [dict(B=1, Hq=32, Hk=32, Nq=n, Nk=n, D=64, causal=True, dtype=torch.float16)
                 for n in (2048, 8192)]
+    g["d256"] = [dict(B=1, Hq=32, Hk=32, Nq=n, Nk=n, D=256, causal=True, dtype=torch.float16)
+                 for n in (2048, 8192)]
+    g["gqa"] = [dict(B=8, Hq=32, Hk=8, Nq=2048, Nk=2048, D=128, causal=True, dtype=torch.bfloat16)]
     g["prefill"] = [dict(B=1, Hq=32, Hk=8, Nq=512, Nk=16384, D=128, causal=True, dtype=torch.bfloat16)]
     g["decode"] = [dict(B=1, Hq=32, Hk=8, Nq=1, Nk=32768, D=128, causal=False, dtype=torch.float16)]
     return g
@@ -312,8 +318,8 @@ def fmt_ms(x):
 def print_table(rows, kernels):
     cols = ["auto"] + kernels
     head = f"{'shape':38} {'auto kernel':14}" + "".join(f" {c[:12]:>12}" for c in cols) + \
-        f" {'flash':>9} {'cudnn':>9} {'auto/flash':>10} {'auto/cudnn':>10} {'rel-L2':>9}"
-    print("\ntimes in ms (median of 7 groups); auto/X = fmha automatic time / X time (< 1: fmha faster)")
+        f" {'flash':>9} {'cudnn':>9} {'vs flash':>10} {'vs cudnn':>10} {'rel-L2':>9}"
+    print("\ntimes in ms (median of 7 groups); speed vs X = X time / fmha automatic time (> 1: fmha faster)")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -323,7 +329,7 @@ def print_table(rows, kernels):
         line += f" {fmt_ms(r.get('flash_ms'))} {fmt_ms(r.get('cudnn_ms'))}"
         for b in ("flash", "cudnn"):
             if isinstance(r.get("auto_ms"), float) and isinstance(r.get(b + "_ms"), float):
-                line += f" {r['auto_ms'] / r[b + '_ms']:10.2f}"
+                line += f" {r[b + '_ms'] / r['auto_ms']:10.2f}"
             else:
                 line += f" {'-':>10}"
         err = [v for k, v in r.items() if k.startswith("auto_rel_l2")]
@@ -334,6 +340,33 @@ def print_table(rows, kernels):
         for k, v in r.items():
             if k.endswith("_error") or k.endswith("_skipped"):
                 print(f"  {r['shape']}: {k}: {v}")
+
+
+def plot(rows, path):
+    """TFLOP/s against N of the square causal FP16 D=128 rows: fmha (automatic),
+    cuDNN and FA2, measured in this run."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    sel = [r for r in rows if r["causal"] and r["D"] == 128 and r["Nq"] == r["Nk"] and r["B"] == 1
+           and r["dtype"] == str(torch.float16)]
+    sel.sort(key=lambda r: r["Nq"])
+    if not sel:
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for key, name in (("auto", "fmha"), ("cudnn", "cuDNN " + str(torch.backends.cudnn.version())),
+                      ("flash", "FlashAttention-2 (torch)")):
+        pts = [(r["Nq"], r[key + "_tflops"]) for r in sel if key + "_tflops" in r]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length N (B=1, H=32, D=128, causal, FP16)")
+    ax.set_ylabel("TFLOP/s (visible pairs)")
+    ax.set_title(torch.cuda.get_device_name() + ": attention forward")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def main():
@@ -347,6 +380,8 @@ def main():
     ap.add_argument("--kernels", default=None,
                     help="comma list of CUDA kernels to force (default: every registered cuda_* kernel)")
     ap.add_argument("--json", default=None, help="also write one JSON row per shape here")
+    ap.add_argument("--plot", default=None, help="write TFLOP/s against N of the causal group to this PNG")
+    ap.add_argument("--quiet", action="store_true", help="print only the table, not a JSON line per shape")
     args = ap.parse_args()
     if not args.lib:
         sys.exit("give the library path with --lib or FMHA_LIB")
@@ -368,12 +403,15 @@ def main():
             if max(s["Nq"], s["Nk"]) > args.max_n:
                 continue
             r = run_shape(fm, s, kernels, args.forced_max_n, rows)
-            print(json.dumps(r), flush=True)
+            if not args.quiet:
+                print(json.dumps(r), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             for r in rows:
                 f.write(json.dumps(r) + "\n")
     print_table(rows, kernels)
+    if args.plot:
+        plot(rows, args.plot)
     bad = [r["shape"] for r in rows
            if any(k.endswith("_nan") and v for k, v in r.items())
            or any(k.startswith("auto_rel_l2") and v > 2e-2 for k, v in r.items())]

@@ -7,8 +7,9 @@ list(APPEND FMHA_SOURCES
   backend/cuda/common/smem_opt_in.cpp
   backend/cuda/common/split_combine.cu
   backend/cuda/common/fwd_params.cpp
-  # sm90: the Hopper primitives' host side (tensor maps through the driver
-  # entry point)
+  # cuda_sm90_ws: the host side (registry hooks; tensor maps through the
+  # driver entry point); its kernels are FMHA_SM90_KERNEL_SOURCES below
+  backend/cuda/sm90/sm90_forward.cu
   backend/cuda/sm90/tma.cpp
   # cuda_generic: exact CUDA-core fallback, one TU per dtype
   backend/cuda/generic/generic.cpp
@@ -70,3 +71,16 @@ foreach(_t IN LISTS _sm80_dtypes)
   string(APPEND FMHA_SM80_DTYPE_XS " X(${_t})")
 endforeach()
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/backend/cuda/sm80/instances.h.in ${_sm80_gen}/instances.h @ONLY)
+
+# cuda_sm90_ws kernels, one TU per (dtype, head dim): sm_90a machine code
+# only, built as their own object library (src/CMakeLists.txt) and linked
+# into libfmha beside the other objects. The head dims are the ones
+# sm90_forward.cu dispatches and the registry row lists (64, 128, 256).
+set(FMHA_SM90_KERNEL_SOURCES
+  backend/cuda/sm90/fwd_f16_d64.cu
+  backend/cuda/sm90/fwd_f16_d128.cu
+  backend/cuda/sm90/fwd_f16_d256.cu
+  backend/cuda/sm90/fwd_bf16_d64.cu
+  backend/cuda/sm90/fwd_bf16_d128.cu
+  backend/cuda/sm90/fwd_bf16_d256.cu
+)

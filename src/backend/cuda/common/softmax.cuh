@@ -35,6 +35,42 @@ constexpr float kRescaleLog2 = 8.f;
 
 template <int kMSlices, int kNTiles, int kDTiles>
 struct OnlineSoftmax {
+  // The lane's part of row (ms, hh): its max, and p = 2^(s c - base) in
+  // place with the sum of p. Four independent accumulators each, so the
+  // reductions are trees of depth kNTiles / 2 + 2 rather than chains of
+  // 2 kNTiles dependent instructions (the chains' latency showed as the top
+  // stall of the sm90 kernel).
+  static constexpr int kLanes = kNTiles >= 2 ? 4 : 2;
+  __device__ __forceinline__ static float row_max(const float (&s)[kMSlices][kNTiles][4], int ms, int hh) {
+    float acc[kLanes];
+#pragma unroll
+    for (int a = 0; a < kLanes; ++a) acc[a] = s[ms][a / 2][2 * hh + a % 2];
+#pragma unroll
+    for (int i = kLanes; i < 2 * kNTiles; ++i) acc[i % kLanes] = fmaxf(acc[i % kLanes], s[ms][i / 2][2 * hh + i % 2]);
+#pragma unroll
+    for (int w = kLanes / 2; w > 0; w /= 2)
+#pragma unroll
+      for (int a = 0; a < w; ++a) acc[a] = fmaxf(acc[a], acc[a + w]);
+    return acc[0];
+  }
+  __device__ __forceinline__ static float exp_row(float (&s)[kMSlices][kNTiles][4], int ms, int hh, float c,
+                                                  float base) {
+    float acc[kLanes];
+#pragma unroll
+    for (int a = 0; a < kLanes; ++a) acc[a] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 2 * kNTiles; ++i) {
+      float& x = s[ms][i / 2][2 * hh + i % 2];
+      x = fast_exp2(fmaf(x, c, -base));
+      acc[i % kLanes] += x;
+    }
+#pragma unroll
+    for (int w = kLanes / 2; w > 0; w /= 2)
+#pragma unroll
+      for (int a = 0; a < w; ++a) acc[a] += acc[a + w];
+    return acc[0];
+  }
+
   float m[kMSlices][2];  // reference max of the lane's rows, raw-score units (times c: log2 units)
   float l[kMSlices][2];  // row sums against m; lane-partial until finish()
 
@@ -59,9 +95,7 @@ struct OnlineSoftmax {
     for (int ms = 0; ms < kMSlices; ++ms)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float x = m[ms][hh];
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) x = fmaxf(x, fmaxf(s[ms][nt][2 * hh], s[ms][nt][2 * hh + 1]));
+        float x = fmaxf(m[ms][hh], row_max(s, ms, hh));
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
         mx[ms][hh] = x;
@@ -89,17 +123,61 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const float base = m[ms][hh] == kNegInf ? 0.f : m[ms][hh] * c;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pv = fast_exp2(fmaf(s[ms][nt][2 * hh + e], c, -base));
-            s[ms][nt][2 * hh + e] = pv;
-            sum += pv;
-          }
-        l[ms][hh] += sum;
+        l[ms][hh] += exp_row(s, ms, hh, c, base);
       }
+  }
+
+  // update() in two halves, for kernels whose O accumulator is still being
+  // written by an asynchronous MMA when the next scores arrive (the sm90
+  // family): step() does 1, 2 and 4 and leaves in alpha the factor of step 3
+  // (1 where m did not move); the caller applies it with rescale() once O is
+  // its own again. Returns whether any alpha differs from 1 (warp-uniform).
+  __device__ __forceinline__ bool step(float (&s)[kMSlices][kNTiles][4], float c, float (&alpha)[kMSlices][2]) {
+    float mx[kMSlices][2];
+    bool grow = false;
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float x = fmaxf(m[ms][hh], row_max(s, ms, hh));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+        mx[ms][hh] = x;
+        grow |= (x - m[ms][hh]) * c > kRescaleLog2;
+        alpha[ms][hh] = 1.f;
+      }
+    const bool any = __any_sync(0xffffffffu, grow);
+    if (any) {
+#pragma unroll
+      for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float x = mx[ms][hh];
+          alpha[ms][hh] = fast_exp2(m[ms][hh] * c - (x == kNegInf ? 0.f : x * c));
+          m[ms][hh] = x;
+          l[ms][hh] *= alpha[ms][hh];
+        }
+    }
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float base = m[ms][hh] == kNegInf ? 0.f : m[ms][hh] * c;
+        l[ms][hh] += exp_row(s, ms, hh, c, base);
+      }
+    return any;
+  }
+
+  __device__ __forceinline__ static void rescale(float (&o)[kMSlices][kDTiles][4], const float (&alpha)[kMSlices][2]) {
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          o[ms][dt][2 * hh] *= alpha[ms][hh];
+          o[ms][dt][2 * hh + 1] *= alpha[ms][hh];
+        }
   }
 
   // The full row sums (the 4 lanes of a row hold partial sums); after it,

@@ -1,0 +1,349 @@
+// The Hopper forward kernel (cuda_sm90_ws), FlashAttention-3's data flow:
+//
+//   producer warpgroup  one thread issues the copy engine's loads: the Q tile
+//                       once, then K and V tiles into a ring of kStages
+//                       stages, each guarded by a full and an empty mbarrier
+//   consumer warpgroups each owns 64 query rows: S = Q K^T by wgmma from
+//                       shared memory, softcap / mask / online softmax in
+//                       registers (common/), P converted in registers and
+//                       O += P V by wgmma with A from registers
+//   epilogue            O / l staged in shared memory and written by the
+//                       copy engine (rows past the sequence are clipped),
+//                       lse from registers; or the split-KV partials for the
+//                       shared combine
+//
+// Each CTA walks work tiles blockIdx.x, + gridDim.x, ... in the scheduler's
+// order (common/tile_scheduler.h: the longest causal rows first); with one
+// CTA per tile (TileConfig::kPersistent false) that is one tile, with a
+// persistent grid the K/V ring runs on across tiles, so the producer loads
+// the next tile's Q, K and V while the consumers finish the last one. Within
+// a tile each consumer keeps S of tile t and P V of tile t - 1 in flight
+// together (the softmax of t waits only for S), and the two consumers take
+// turns issuing their GEMMs (ping-pong), so one's softmax runs under the
+// other's tensor-core work. Registers are rebalanced with setmaxnreg: the
+// producer gives its share to the consumers.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/common/device_math.cuh"
+#include "backend/cuda/common/epilogue.cuh"
+#include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/common/score_mask.cuh"
+#include "backend/cuda/common/softmax.cuh"
+#include "backend/cuda/common/tile_scheduler.h"
+#include "backend/cuda/sm90/barrier.cuh"
+#include "backend/cuda/sm90/tile_config.h"
+#include "backend/cuda/sm90/tma.cuh"
+#include "backend/cuda/sm90/wgmma.cuh"
+#include "core/key_tiles.h"
+
+namespace fmha::cuda::sm90 {
+
+// The tensor maps of one launch (tma.h): Q and O boxes of 64-row halves
+// (o_map: one consumer's rows), K and V boxes of kBlockN rows.
+struct FwdMaps {
+  CUtensorMap q, k, v, o;
+};
+
+// Shared memory of one CTA, carved from the 1024-aligned dynamic base.
+template <class Cfg>
+struct SmemLayout {
+  unsigned char* base;
+  __device__ unsigned char* q() const { return base; }
+  __device__ unsigned char* k(int stage) const { return base + Cfg::kQBytes + stage * Cfg::kKVBytes; }
+  __device__ unsigned char* v(int stage) const {
+    return base + Cfg::kQBytes + (Cfg::kStages + stage) * Cfg::kKVBytes;
+  }
+  __device__ unsigned char* o() const {
+    return Cfg::kSeparateO ? base + Cfg::kQBytes + 2 * Cfg::kStages * Cfg::kKVBytes : base;
+  }
+  __device__ uint64_t* bars() const {
+    return reinterpret_cast<uint64_t*>(base + Cfg::kQBytes + 2 * Cfg::kStages * Cfg::kKVBytes +
+                                       (Cfg::kSeparateO ? Cfg::kQBytes : 0));
+  }
+  __device__ uint64_t* q_full() const { return bars(); }
+  __device__ uint64_t* q_empty() const { return bars() + 1; }
+  __device__ uint64_t* k_full(int s) const { return bars() + 2 + s; }
+  __device__ uint64_t* k_empty(int s) const { return bars() + 2 + Cfg::kStages + s; }
+  __device__ uint64_t* v_full(int s) const { return bars() + 2 + 2 * Cfg::kStages + s; }
+  __device__ uint64_t* v_empty(int s) const { return bars() + 2 + 3 * Cfg::kStages + s; }
+  // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile (Q or O).
+  __device__ static unsigned char* rows(unsigned char* tile, int cw, int panel) {
+    return tile + panel * Cfg::kBlockM * 128 + cw * 64 * 128;
+  }
+};
+
+// One work tile as both roles see it.
+template <class Cfg>
+struct TileWork {
+  WorkTile w;
+  int m0;         // first unit row
+  KeyTiles kt;    // key tiles and the unmasked interior
+  __device__ TileWork(const FwdParams& p, int64_t index) {
+    w = schedule_tile(p, index);
+    m0 = w.m_block * Cfg::kBlockM;
+    const int m_last = min(m0 + Cfg::kBlockM, p.rows) - 1;
+    kt = key_tiles(m0, m_last, p.seq_k, p.diag_offset, p.window_left, p.window_right, Cfg::kBlockN, w.split,
+                   p.num_splits);
+  }
+  __device__ int t_begin() const { return static_cast<int>(kt.t_begin); }
+  __device__ int t_end() const { return static_cast<int>(kt.t_end); }
+};
+
+__device__ __forceinline__ int64_t total_tiles(const FwdParams& p) {
+  return static_cast<int64_t>(p.num_m_tiles) * p.units * p.num_splits;
+}
+
+// The producer: per tile, Q once the consumers have released the last one,
+// then K and V of each key tile, on a ring that runs on across tiles.
+template <class Cfg>
+__device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayout<Cfg>& sm) {
+  PipeState<Cfg::kStages> st;
+  uint32_t q_phase = 0;
+  for (int64_t index = blockIdx.x; index < total_tiles(p); index += gridDim.x) {
+    const TileWork<Cfg> tw(p, index);
+    const int h = static_cast<int>(tw.w.hs), hk = static_cast<int>(tw.w.hk), b = static_cast<int>(tw.w.b);
+    mbar_wait(sm.q_empty(), q_phase ^ 1u);  // a fresh barrier passes parity 1
+    mbar_arrive_expect_tx(sm.q_full(), Cfg::kQBytes);
+#pragma unroll
+    for (int pn = 0; pn < Cfg::kPanels; ++pn)
+      tma_load_panel(sm.q() + pn * Cfg::kBlockM * 128, &maps.q, 64 * pn, tw.m0, h, b, sm.q_full());
+    q_phase ^= 1u;
+    for (int t = tw.t_begin(); t < tw.t_end(); ++t, st.advance()) {
+      const int n0 = t * Cfg::kBlockN;
+      mbar_wait(sm.k_empty(st.stage), st.phase ^ 1u);
+      mbar_arrive_expect_tx(sm.k_full(st.stage), Cfg::kKVBytes);
+#pragma unroll
+      for (int pn = 0; pn < Cfg::kPanels; ++pn)
+        tma_load_panel(sm.k(st.stage) + pn * Cfg::kBlockN * 128, &maps.k, 64 * pn, n0, hk, b, sm.k_full(st.stage));
+      mbar_wait(sm.v_empty(st.stage), st.phase ^ 1u);
+      mbar_arrive_expect_tx(sm.v_full(st.stage), Cfg::kKVBytes);
+#pragma unroll
+      for (int pn = 0; pn < Cfg::kPanels; ++pn)
+        tma_load_panel(sm.v(st.stage) + pn * Cfg::kBlockN * 128, &maps.v, 64 * pn, n0, hk, b, sm.v_full(st.stage));
+    }
+  }
+}
+
+template <class T, class Cfg, bool kSoftcap>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = Cfg::kHeadDim;
+  constexpr int kNTiles = Cfg::kBlockN / 8;
+  constexpr int kDTiles = D / 8;
+  using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
+  extern __shared__ unsigned char smem_raw[];
+  const SmemLayout<Cfg> sm{
+      reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
+
+  const int wg = threadIdx.x / 128;
+  if (threadIdx.x == 0) {
+    mbar_init(sm.q_full(), 1);
+    mbar_init(sm.q_empty(), Cfg::kConsumers);  // one arrival per consumer warpgroup
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbar_init(sm.k_full(s), 1);
+      mbar_init(sm.v_full(s), 1);
+      mbar_init(sm.k_empty(s), Cfg::kConsumers);
+      mbar_init(sm.v_empty(s), Cfg::kConsumers);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    regs_release<Cfg::kProducerRegs>();
+    if (threadIdx.x == 0) {
+      tma_prefetch(&maps.q);
+      tma_prefetch(&maps.k);
+      tma_prefetch(&maps.v);
+      produce<Cfg>(p, maps, sm);
+    }
+    return;
+  }
+
+  regs_acquire<Cfg::kConsumerRegs>();
+  const int cw = wg - 1;
+  const int tid = threadIdx.x % 128;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const bool leader = tid == 0;
+  const uint32_t q_base = static_cast<uint32_t>(__cvta_generic_to_shared(SmemLayout<Cfg>::rows(sm.q(), cw, 0)));
+
+  float o[1][kDTiles][4];
+  auto& o_flat = reinterpret_cast<float(&)[D / 2]>(o);
+  float s[1][kNTiles][4];
+  auto& s_flat = reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s);
+  uint32_t pf[Cfg::kBlockN / 16][4];  // P as the m16n8k16 A fragments of P V's k16 steps
+  float alpha[1][2];
+
+  // S = Q K^T of the stage's K tile over D / 16 k-steps (k-step ks is 32
+  // bytes into panel ks / 4); committed, not waited for.
+  auto issue_qk = [&](int stage, uint32_t phase) {
+    const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(sm.k(stage)));
+    mbar_wait(sm.k_full(stage), phase);
+    fence_operands(s_flat);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint64_t dq = smem_desc(q_base + (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32, 0, 1024);
+      const uint64_t dk = smem_desc(k_base + (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32, 0, 1024);
+      MmaSs<T, Cfg::kBlockN, 0, 0>::run(s_flat, dq, dk, ks > 0 ? 1u : 0u);
+    }
+    wgmma_commit();
+  };
+  // O += P V of the stage's V tile: k-step kk reads keys 16 kk.. of every
+  // panel (LBO = one panel); committed, not waited for.
+  auto issue_pv = [&](int stage, uint32_t phase) {
+    const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(stage)));
+    mbar_wait(sm.v_full(stage), phase);
+    fence_operands(o_flat);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
+      MmaRs<T, D, 1>::run(o_flat, pf[kk], smem_desc(v_base + kk * 16 * 128, Cfg::kBlockN * 128, 1024), 1u);
+    wgmma_commit();
+  };
+  auto pack_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+      pf[kk][0] = pack2<T>(s[0][2 * kk][0], s[0][2 * kk][1]);
+      pf[kk][1] = pack2<T>(s[0][2 * kk][2], s[0][2 * kk][3]);
+      pf[kk][2] = pack2<T>(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+      pf[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+    }
+  };
+  // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the other
+  // consumer's arrival completes.
+  constexpr int kTurn = 3;
+  auto turn_wait = [&] {
+    if constexpr (Cfg::kPingPong) named_sync(kTurn + cw, 256);
+  };
+  auto turn_pass = [&] {
+    if constexpr (Cfg::kPingPong) named_arrive(kTurn + (cw ^ 1), 256);
+  };
+
+  PipeState<Cfg::kStages> st;
+  uint32_t q_phase = 0;
+  for (int64_t index = blockIdx.x; index < total_tiles(p); index += gridDim.x) {
+    const TileWork<Cfg> tw(p, index);
+    const int t_begin = tw.t_begin(), t_end = tw.t_end();
+    const int row0 = tw.m0 + cw * 64 + warp * 16;  // the warp's first unit row
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[0][dt][e] = 0.f;
+    Softmax softmax;
+    softmax.init();
+    // Scores of key tile t -> probabilities (in s) and the O rescale factor.
+    auto score = [&](int t) {
+      fence_operands(s_flat);
+      if constexpr (kSoftcap) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
+      const int n0 = t * Cfg::kBlockN;
+      if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
+      return softmax.step(s, p.score_log2, alpha);
+    };
+    // With a separate O buffer, Q is free after the tile's last Q K^T;
+    // otherwise after the O store has read it (below).
+    auto release_q = [&] {
+      if (leader) mbar_arrive(sm.q_empty());
+    };
+
+    mbar_wait(sm.q_full(), q_phase);
+    q_phase ^= 1u;
+    if (t_begin < t_end) {
+      // Consumer 1 lets consumer 0 go first; it skips its last pass below,
+      // so every arrival meets a wait.
+      if (cw == 1) turn_pass();
+      turn_wait();
+      issue_qk(st.stage, st.phase);
+      turn_pass();
+      wgmma_wait<0>();
+      if (leader) mbar_arrive(sm.k_empty(st.stage));
+      if (Cfg::kSeparateO && t_begin + 1 == t_end) release_q();
+      score(t_begin);  // O is still 0: nothing to rescale
+      pack_p();
+      PipeState<Cfg::kStages> prev = st;
+      st.advance();
+      // Steady state: S of tile t and O += P V of tile t - 1 in flight
+      // together; the softmax of t waits only for S, the O rescale for P V.
+      for (int t = t_begin + 1; t < t_end; ++t) {
+        turn_wait();
+        issue_qk(st.stage, st.phase);
+        issue_pv(prev.stage, prev.phase);
+        turn_pass();
+        wgmma_wait<1>();
+        if (leader) mbar_arrive(sm.k_empty(st.stage));
+        if (Cfg::kSeparateO && t + 1 == t_end) release_q();
+        const bool moved = score(t);
+        wgmma_wait<0>();
+        fence_operands(o_flat);
+        if (leader) mbar_arrive(sm.v_empty(prev.stage));
+        if (moved) Softmax::rescale(o, alpha);
+        pack_p();
+        prev = st;
+        st.advance();
+      }
+      turn_wait();
+      issue_pv(prev.stage, prev.phase);
+      if (cw == 0) turn_pass();
+      wgmma_wait<0>();
+      fence_operands(o_flat);
+      if (leader) mbar_arrive(sm.v_empty(prev.stage));
+    } else if (Cfg::kSeparateO) {
+      release_q();
+    }
+
+    softmax.finish();
+    const float lse_scale = p.score_log2 * kLn2;
+    const int lane_row = row0 + lane / 4;
+    if (p.num_splits > 1) {
+      store_split_partials<1, kDTiles, D>(p, tw.w, lane_row, o, softmax.m, softmax.l, lse_scale, lane);
+      if (!Cfg::kSeparateO) release_q();
+      continue;
+    }
+    float lse[1][2];
+    finalize_rows<1, kDTiles>(o, softmax.m, softmax.l, lse_scale, lse);
+    store_lse<1>(p, tw.w, lse, lane_row, lane);
+
+    // O -> this warpgroup's rows of the O tile in the copy engine's panel
+    // layout (chunk c of row r at c ^ (r % 8)), once the previous tile's
+    // store has read them; then one thread stores them (the copy engine
+    // clips rows past the sequence end).
+    if (leader) ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
+    named_sync(1 + cw, 128);
+    const int r_local = warp * 16 + lane / 4;
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = r_local + 8 * hh;
+        unsigned char* row = SmemLayout<Cfg>::rows(sm.o(), cw, dt / 8) + r * 128;
+        *reinterpret_cast<uint32_t*>(row + (((dt % 8) ^ (r % 8)) << 4) + (lane % 4) * 4) =
+            pack2<T>(o[0][dt][2 * hh], o[0][dt][2 * hh + 1]);
+      }
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);  // generic writes -> copy engine reads
+    named_sync(1 + cw, 128);
+    if (leader) {
+      if (tw.m0 + cw * 64 < p.rows) {
+#pragma unroll
+        for (int pn = 0; pn < Cfg::kPanels; ++pn)
+          tma_store_panel(&maps.o, SmemLayout<Cfg>::rows(sm.o(), cw, pn), 64 * pn, tw.m0 + cw * 64,
+                          static_cast<int>(tw.w.hs), static_cast<int>(tw.w.b));
+        ::cuda::ptx::cp_async_bulk_commit_group();
+      }
+      if (!Cfg::kSeparateO) {
+        ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
+        release_q();
+      }
+    }
+  }
+  if (leader) ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
+#endif
+}
+
+}  // namespace fmha::cuda::sm90

@@ -1,0 +1,139 @@
+// Registry hooks of the Hopper family cuda_sm90_ws (backend/cuda/kernels.h):
+// what it refuses, when it steps aside for cuda_sm80_tc in automatic
+// dispatch, its workspace and the dispatch to one instantiation (launch.h).
+// This file has no kernels, so it builds with the library's ordinary
+// architecture flags; the kernels are sm_90a objects (fwd_<dtype>_d<D>.cu).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <type_traits>
+
+#include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/sm90/launch.h"
+#include "backend/cuda/sm90/tile_config.h"
+#include "backend/cuda/sm90/tma.h"
+#include "core/arith.h"
+#include "core/error.h"
+
+namespace fmha::cuda {
+namespace {
+
+// Automatic dispatch leaves decode-like problems to cuda_sm80_tc (forcing
+// cuda_sm90_ws by name still runs them): when the query rows of a KV head's
+// group fit one sm80 tile, sm80 packs the group into one unit and splits the
+// keys, and its narrow tile wastes less of the MMA on a few rows (H200,
+// Hq=32 Hk=8 Nq=1 Nk=32768: sm80 0.047 ms, sm90 0.105 ms). From one sm90
+// query block up, sm90 is faster even at N=512 (0.013 vs 0.023 ms causal
+// FP16 D=128; docs/performance.md).
+constexpr int64_t kMaxPackedRowsForSm80 = 128;
+
+template <class Fn>
+bool dispatch_head_dim(int64_t d, Fn&& fn) {
+  switch (d) {
+    case 64: fn(std::integral_constant<int, 64>{}); return true;
+    case 128: fn(std::integral_constant<int, 128>{}); return true;
+    case 256: fn(std::integral_constant<int, 256>{}); return true;
+    default: return false;
+  }
+}
+
+struct Plan {
+  bool ok = false;
+  int smem = 0;
+  int block_n = 0;
+  FwdGrid grid;
+};
+
+Plan make_plan(const Problem& p, const DeviceInfo& dev) {
+  Plan plan;
+  int block_m = 0;
+  plan.ok = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
+    using Cfg = typename sm90::Sm90Tuning<decltype(head_dim)::value>::Config;
+    plan.smem = Cfg::kSmemBytes;
+    plan.block_n = Cfg::kBlockN;
+    block_m = Cfg::kBlockM;
+  });
+  if (!plan.ok) return plan;
+  plan.grid = fwd_grid(p, 1, block_m);
+  plan.grid.splits = choose_splits(plan.grid.blocks(), 1, ceil_div(p.seq_k, plan.block_n), dev.num_sms, p.num_splits);
+  return plan;
+}
+
+const char* operand_unsupported(const Problem& p, const Operand& op, int64_t seq, int64_t heads) {
+  sm90::Tensor4d t;
+  t.data = op.data;
+  const int64_t dims[3] = {seq, heads, p.batch};
+  for (int i = 0; i < 3; ++i) {
+    t.dims[i + 1] = dims[i];
+    // Extents of 1 are never stepped (fwd_launch.cuh gives them a benign stride).
+    t.strides[i] = dims[i] == 1 ? 8 : op.stride[2 - i];
+    if (dims[i] > 1 && op.stride[2 - i] == 0) return "the copy engine cannot broadcast (a stride of 0)";
+  }
+  t.dims[0] = p.head_dim;
+  return sm90::panel_map_unsupported(t);
+}
+
+}  // namespace
+
+const char* sm90_supports(const Problem& p, const DeviceInfo& dev) {
+  if (!dispatch_head_dim(p.head_dim, [](auto) {})) return "head_dim not instantiated (sm90 family runs 64, 128, 256)";
+  if (p.seq_q > kMaxFwdSeq || p.seq_k > kMaxFwdSeq) return "sequence too long for int32 positions";
+  const struct {
+    const Operand* op;
+    int64_t seq, heads;
+  } ops[] = {{&p.q, p.seq_q, p.heads_q}, {&p.k, p.seq_k, p.heads_kv}, {&p.v, p.seq_k, p.heads_kv},
+             {&p.o, p.seq_q, p.heads_q}};
+  for (const auto& x : ops)
+    if (const char* why = operand_unsupported(p, *x.op, x.seq, x.heads)) return why;
+  const Plan plan = make_plan(p, dev);
+  if (dev.smem_per_block_optin < static_cast<size_t>(plan.smem))
+    return "device allows less shared memory per block than the tile needs";
+  const FwdGrid& g = plan.grid;
+  if (g.m_tiles > INT32_MAX / g.units || g.m_tiles * g.units > INT32_MAX / g.splits)
+    return "grid too large (query tiles x batch x heads x splits >= 2^31)";
+  return nullptr;
+}
+
+const char* sm90_declines(const Problem& p, const DeviceInfo& dev) {
+  (void)dev;
+  if (p.seq_q * p.group_size() <= kMaxPackedRowsForSm80)
+    return "decode-like (seq_q x GQA group <= 128 rows): cuda_sm80_tc packs the group and is faster";
+  return nullptr;
+}
+
+size_t sm90_workspace_bytes(const Problem& p, const DeviceInfo& dev) {
+  const Plan plan = make_plan(p, dev);
+  return plan.ok ? fwd_partials_bytes(p, plan.grid) : 0;
+}
+
+fmha_status sm90_forward(const Problem& p, const LaunchContext& ctx) {
+  const DeviceInfo& dev = *ctx.device;
+  const Plan plan = make_plan(p, dev);
+  if (!plan.ok)
+    return fail(FMHA_ERROR_INTERNAL, "cuda_sm90_ws: head_dim=%lld not instantiated", static_cast<long long>(p.head_dim));
+  if (p.dtype != FMHA_DTYPE_F16 && p.dtype != FMHA_DTYPE_BF16)
+    return fail(FMHA_ERROR_INTERNAL, "cuda_sm90_ws: dtype %s not instantiated", dtype_name(p.dtype));
+  const size_t need = fwd_partials_bytes(p, plan.grid);
+  if (ctx.workspace_bytes < need)
+    return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "cuda_sm90_ws needs %zu bytes of workspace", need);
+
+  const FwdParams f = make_fwd_params(p, plan.grid, ctx.workspace);
+  sm90::LaunchArgs a;
+  a.problem = &p;
+  a.blocks = plan.grid.blocks();
+  a.num_sms = dev.num_sms > 0 ? dev.num_sms : 1;
+  a.softcap = p.softcap != 0.f;
+  a.device = dev.ordinal;
+  a.stream = static_cast<cudaStream_t>(ctx.stream);
+  const bool bf16 = p.dtype == FMHA_DTYPE_BF16;
+  fmha_status status = FMHA_ERROR_INTERNAL;
+  dispatch_head_dim(p.head_dim, [&](auto head_dim) {
+    constexpr int kHeadDim = decltype(head_dim)::value;
+    status = bf16 ? sm90::launch_fwd<__nv_bfloat16, kHeadDim>(f, a) : sm90::launch_fwd<__half, kHeadDim>(f, a);
+  });
+  return status;
+}
+
+}  // namespace fmha::cuda

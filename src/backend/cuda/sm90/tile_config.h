@@ -1,0 +1,75 @@
+// Tile shapes of the Hopper family (cuda_sm90_ws): tuning is data, read by
+// the kernel (fwd_kernel.cuh) and the host side (sm90_forward.cu).
+#pragma once
+
+namespace fmha::cuda::sm90 {
+
+// A CTA owns kBlockM = 64 * kConsumers query rows of one (batch, head):
+// warpgroup 0 produces (one thread issues the copy engine's loads), each
+// consumer warpgroup owns 64 rows and runs wgmma m64nNk16. K/V tiles of
+// kBlockN keys stream through kStages shared-memory stages. Every operand
+// tile is a run of 128-byte-swizzled [rows][64] panels (wgmma.cuh).
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_ = true>
+struct TileConfig {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kConsumers = 2;
+  static constexpr int kBlockM = 64 * kConsumers;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  // The two consumers alternate their GEMMs (named barriers), so one's
+  // softmax overlaps the other's tensor-core work (FA3's ping-pong). H200,
+  // causal FP16 D=128 N=16384: 541-544 TFLOP/s with, 487-490 without.
+  static constexpr bool kPingPong = kPingPong_;
+  // A persistent grid (one CTA per SM walking tiles blockIdx.x + k gridDim.x)
+  // overlaps a tile's epilogue with the next tile's loads, but its static
+  // walk loses the hardware's dynamic balancing of uneven causal tiles:
+  // 510-513 TFLOP/s against 541-544 with one CTA per tile (same shape). The
+  // kernel runs either grid; a dynamic (atomic) scheduler is the next step.
+  static constexpr bool kPersistent = false;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
+
+  static constexpr int kQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kKVBytes = kBlockN * kHeadDim * 2;  // one K or V stage
+  // Q, then kStages K stages, then kStages V stages, then the O staging tile
+  // when it fits beside them (else O is staged in the Q tile and the next
+  // tile's Q waits for the store), then the mbarriers; plus 1024 bytes to
+  // align the base to a swizzle atom.
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
+  static constexpr int kSmemMax = 227 * 1024;
+  static constexpr bool kSeparateO =
+      1024 + 2 * kQBytes + 2 * kStages * kKVBytes + kBarrierBytes <= kSmemMax;
+  static constexpr int kSmemBytes =
+      1024 + kQBytes * (kSeparateO ? 2 : 1) + 2 * kStages * kKVBytes + kBarrierBytes;
+
+  // Register split (setmaxnreg): 128 * kProducerRegs + 256 * kConsumerRegs
+  // <= 64K registers.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+
+  static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
+  static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; one copy box of rows");
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+};
+
+// Per head dim (H200, 132 SMs, 227 KB shared memory per block); the
+// measurements behind each choice are in docs/performance.md.
+//   D=64:  128 x 128, 2 stages: 16 + 64 KB.
+//   D=128: 128 x 128, 2 stages: 32 + 128 KB (FA3's causal shape).
+//   D=256: 128 x 64,  2 stages: 64 + 128 KB (O: 128 accumulator registers).
+template <int kHeadDim>
+struct Sm90Tuning;
+template <>
+struct Sm90Tuning<64> {
+  using Config = TileConfig<64, 128, 2>;
+};
+template <>
+struct Sm90Tuning<128> {
+  using Config = TileConfig<128, 128, 2>;
+};
+template <>
+struct Sm90Tuning<256> {
+  using Config = TileConfig<256, 64, 2>;
+};
+
+}  // namespace fmha::cuda::sm90
