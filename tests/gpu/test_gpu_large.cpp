@@ -98,10 +98,12 @@ class HashedBuffers {
     return s;
   }
 
-  // Overwrites keys [k0, k1) of K and V in every (batch, head) with NaN
-  // (0xff bytes are NaN in F16, BF16 and F32). Contiguous [B, H, N, D] only.
-  void poison_keys(int64_t k0, int64_t k1) {
+  // Overwrites keys [k0, k1) of K and V (or V alone) in every (batch, head)
+  // with NaN (0xff bytes are NaN in F16, BF16 and F32). Contiguous
+  // [B, H, N, D] only.
+  void poison_keys(int64_t k0, int64_t k1, bool v_only = false) {
     for (CudaBuffer* buf : {&k_, &v_}) {
+      if (v_only && buf == &k_) continue;
       const fmha_gpu_test::HashedOperand& op = buf == &k_ ? hp_.k : hp_.v;
       REQUIRE(op.strides[3] == 1);
       REQUIRE(op.strides[2] == hp_.head_dim);
@@ -270,6 +272,68 @@ TEST_CASE("key tiles outside every row's band are never read") {
           const fmha_gpu_test::RowCheck rc = fmha_gpu_test::check_rows(hp, rows, o, lse);
           CHECK(rc.o_rel_l2 <= tol.o_rel_l2);
           CHECK(rc.lse_max_err <= tol.lse_abs);
+        }
+    }
+}
+
+TEST_CASE("a NaN in V reaches exactly the rows that see its key (fmha.h's NaN rule)") {
+  // Causal N=300: key 200 is seen by rows 200.. only. Rows below must come
+  // out as without the NaN (its weight there is an exact 0, and 0 x NaN
+  // must not happen), rows from 200 on must be NaN in every column. Tile
+  // 128..255 straddles the diagonal for some query block of every kernel,
+  // so the masked-edge path is the one under test.
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  for (fmha_dtype dt : {FMHA_DTYPE_F16, FMHA_DTYPE_BF16})
+    for (int64_t d : {64, 128}) {
+      HashedProblem hp;
+      hp.dtype = dt;
+      hp.batch = 1;
+      hp.heads_q = hp.heads_kv = 2;
+      hp.seq_q = hp.seq_k = 300;
+      hp.head_dim = d;
+      hp.mask_flags = FMHA_MASK_CAUSAL;
+      hp.set_contiguous(1000 + d);
+      constexpr int64_t kKey = 200;
+      for (const std::string& name : fmha_gpu_test::cuda_kernel_names())
+        for (int32_t splits : {0, 4}) {
+          HashedBuffers buf(hp, true);
+          REQUIRE(buf.ok());
+          std::vector<unsigned char> o_clean, o_nan;
+          std::vector<float> lse_clean, lse_nan;
+          std::string msg;
+          fmha_status s = buf.run(h.get(), name.c_str(), splits, &o_clean, &lse_clean, &msg);
+          if (s == FMHA_ERROR_UNSUPPORTED) continue;
+          REQUIRE_MESSAGE(s == FMHA_SUCCESS, name << ": " << msg);
+          buf.poison_keys(kKey, kKey + 1, /*v_only=*/true);
+          s = buf.run(h.get(), name.c_str(), splits, &o_nan, &lse_nan, &msg);
+          REQUIRE_MESSAGE(s == FMHA_SUCCESS, name << ": " << msg);
+          int64_t leaked = 0, missed = 0, drift = 0, lse_changed = 0;
+          for (int64_t hd = 0; hd < hp.heads_q; ++hd)
+            for (int64_t i = 0; i < hp.seq_q; ++i) {
+              for (int64_t c = 0; c < d; ++c) {
+                const int64_t e = (hd * hp.seq_q + i) * d + c;
+                const float clean = fmha_test::load_element(o_clean.data(), dt, e);
+                const float got = fmha_test::load_element(o_nan.data(), dt, e);
+                if (i < kKey) {
+                  if (!std::isfinite(got)) ++leaked;
+                  else if (std::fabs(got - clean) > 2e-2f * (1.f + std::fabs(clean))) ++drift;
+                } else if (!std::isnan(got)) {
+                  ++missed;
+                }
+              }
+              // V never enters lse: every row keeps its clean value.
+              const float l = lse_nan[hd * hp.seq_q + i];
+              if (!(std::fabs(l - lse_clean[hd * hp.seq_q + i]) <= 1e-3f)) ++lse_changed;
+            }
+          CAPTURE(name);
+          CAPTURE(splits);
+          CAPTURE(d);
+          CAPTURE(static_cast<int>(dt));
+          CHECK(leaked == 0);
+          CHECK(lse_changed == 0);
+          CHECK(missed == 0);
+          CHECK(drift == 0);
         }
     }
 }

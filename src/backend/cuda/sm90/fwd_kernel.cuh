@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/epilogue.cuh"
@@ -217,6 +218,83 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       pf[kk][3] = pack2<T>(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
     }
   };
+  // fmha.h: keys a row does not see never affect it. A masked key has p = 0,
+  // but inside the tensor core 0 x NaN = NaN, so a NaN or inf in the V tile
+  // of a tile with a mask edge (where rows differ in which keys they see)
+  // would reach rows that do not see its key. On such tiles the warpgroup
+  // votes over the V tile in shared memory; a tile that holds a non-finite
+  // value (never in practice) takes P V on the CUDA cores, skipping zero
+  // weights. kGuardNonFiniteV = false compiles the guard out.
+  constexpr int kVote = 5;  // named barriers 5, 6: one per consumer
+  auto v_nonfinite = [&](int stage, uint32_t phase) {
+    mbar_wait(sm.v_full(stage), phase);
+    constexpr uint32_t kExp = std::is_same<T, __half>::value ? 0x7c00u : 0x7f80u;
+    constexpr uint32_t kMask = kExp | (kExp << 16);
+    const uint4* v = reinterpret_cast<const uint4*>(sm.v(stage));
+    uint32_t bad = 0;
+#pragma unroll 4
+    for (int i = tid; i < Cfg::kKVBytes / 16; i += 128) {
+      const uint4 x = v[i];
+      for (uint32_t w : {x.x, x.y, x.z, x.w}) {
+        const uint32_t e = (w & kMask) ^ kMask;  // a half is 0 where its exponent is all ones
+        bad |= (e & 0xffffu) == 0 || (e >> 16) == 0;
+      }
+    }
+    int any;
+    asm volatile(
+        "{\n.reg .pred p, q;\n"
+        "setp.ne.u32 q, %1, 0;\n"
+        "bar.red.or.pred p, %2, 128, q;\n"
+        "selp.s32 %0, 1, 0, p;\n}\n"
+        : "=r"(any)
+        : "r"(bad), "r"(kVote + cw)
+        : "memory");
+    return any != 0;
+  };
+  // O += P V of the stage's V tile on the CUDA cores, a term only where the
+  // weight is non-zero. Lane l holds P of rows l / 4 (+ 8) at keys 16 kk +
+  // 8 (i / 2) + 2 (l % 4) + {0, 1} in pf[kk][i]; the quad's lanes hand their
+  // keys around, and each lane adds to its own O columns. No wgmma may be
+  // writing o.
+  auto pv_guarded = [&](int stage) {
+    const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(stage)));
+    const int c = lane % 4;
+    const int quad0 = lane & ~3;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int hh = i & 1;
+#pragma unroll 1
+        for (int src = 0; src < 4; ++src) {
+          const uint32_t pp = __shfl_sync(0xffffffffu, pf[kk][i], quad0 + src);
+          const float2 pv = unpack2<T>(pp);
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float w = e ? pv.y : pv.x;
+            const int j = 16 * kk + 8 * (i >> 1) + 2 * src + e;
+#pragma unroll
+            for (int dt = 0; dt < kDTiles; ++dt) {
+              const uint32_t addr = v_base + (dt / 8) * Cfg::kBlockN * 128 + j * 128 + (((dt % 8) ^ (j % 8)) << 4) + c * 4;
+              uint32_t raw;
+              asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(raw) : "r"(addr));
+              const float2 vv = unpack2<T>(raw);
+              if (w != 0.f) {
+                o[0][dt][2 * hh] = fmaf(w, vv.x, o[0][dt][2 * hh]);
+                o[0][dt][2 * hh + 1] = fmaf(w, vv.y, o[0][dt][2 * hh + 1]);
+              }
+            }
+          }
+        }
+      }
+  };
+  // Whether P V of key tile t (in stage `ps`) must take pv_guarded.
+  auto needs_guard = [&](const TileWork<Cfg>& tw, int t, const PipeState<Cfg::kStages>& ps) {
+    if constexpr (!Cfg::kGuardNonFiniteV) return false;
+    const int n0 = t * Cfg::kBlockN;
+    return !tw.kt.unmasked(n0, n0 + Cfg::kBlockN) && v_nonfinite(ps.stage, ps.phase);
+  };
+
   // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the other
   // consumer's arrival completes.
   constexpr int kTurn = 3;
@@ -274,9 +352,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int t = t_begin + 1; t < t_end; ++t) {
         turn_wait();
         issue_qk(st.stage, st.phase);
-        issue_pv(prev.stage, prev.phase);
+        const bool guard = needs_guard(tw, t - 1, prev);
+        if (!guard) issue_pv(prev.stage, prev.phase);
         turn_pass();
-        wgmma_wait<1>();
+        if (guard) {
+          wgmma_wait<0>();
+          pv_guarded(prev.stage);
+        } else {
+          wgmma_wait<1>();
+        }
         if (leader) mbar_arrive(sm.k_empty(st.stage));
         if (Cfg::kSeparateO && t + 1 == t_end) release_q();
         const bool moved = score(t);
@@ -289,8 +373,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         st.advance();
       }
       turn_wait();
-      issue_pv(prev.stage, prev.phase);
+      const bool guard = needs_guard(tw, t_end - 1, prev);
+      if (!guard) issue_pv(prev.stage, prev.phase);
       if (cw == 0) turn_pass();
+      if (guard) pv_guarded(prev.stage);
       wgmma_wait<0>();
       fence_operands(o_flat);
       if (leader) mbar_arrive(sm.v_empty(prev.stage));

@@ -26,6 +26,8 @@ struct TileConfig {
   // 510-513 TFLOP/s against 541-544 with one CTA per tile (same shape). The
   // kernel runs either grid; a dynamic (atomic) scheduler is the next step.
   static constexpr bool kPersistent = false;
+  // Keep a NaN / inf in V from reaching rows that mask its key (fwd_kernel.cuh).
+  static constexpr bool kGuardNonFiniteV = true;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
 
