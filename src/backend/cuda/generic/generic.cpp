@@ -62,6 +62,7 @@ GenericPlan make_plan(const Problem& p, const DeviceInfo& dev) {
   }
   const int64_t rows = p.batch * p.heads_q * p.seq_q;
   if (splits > 1 && !split_partials_bytes(splits, rows, p.head_dim, &plan.workspace)) splits = 1;
+  if (splits > 1 && base > INT64_MAX / splits) splits = 1;  // work = base * splits must fit
   if (splits <= 1) {
     splits = 1;
     plan.workspace = 0;
