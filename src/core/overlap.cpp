@@ -144,7 +144,10 @@ StridedBytes tensor_bytes(const void* data, const int64_t dims[4], const int64_t
   v.dims = 5;
   for (int d = 0; d < 4; ++d) {
     v.count[d] = dims[d];
-    v.stride[d] = strides[d] * elem;  // fits: validation bounded the extent in bytes
+    // A dim of size 1 adds no address, and its stride is unbounded (fuzzing
+    // found stride * elem overflowing): leave it out. Any other stride fits,
+    // since validation bounded (dims - 1) * strides * elem.
+    v.stride[d] = dims[d] > 1 ? strides[d] * elem : 0;
   }
   v.count[4] = elem;
   v.stride[4] = 1;

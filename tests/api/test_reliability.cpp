@@ -218,6 +218,17 @@ TEST_CASE("finding 3: an extent of exactly INT64_MAX elements is an overflow, no
   CHECK(msg.find("-9223372036854775808") == std::string::npos);
 }
 
+TEST_CASE("fuzzing the fix: a dim of size 1 may have any stride (UBSan: stride * elem overflowed)") {
+  // The exact overlap test once multiplied every stride by the element
+  // size; a size-1 dim's stride is not bounded by the extent check.
+  Cpu cpu;
+  Single s(3, 5, 4);
+  s.p.q.strides[0] = INT64_MAX;
+  s.p.o.strides[1] = INT64_MAX / 2;
+  REQUIRE_MESSAGE(cpu.run(s.p) == FMHA_SUCCESS, fmha_last_error_message());
+  for (float e : s.o) CHECK(std::isfinite(e));
+}
+
 TEST_CASE("finding 4: enum arguments and fields holding any int are rejected (UBSan: invalid enum load)") {
   fmha_handle h = reinterpret_cast<fmha_handle>(0x1);
   for (int kind : {-1, INT_MIN, 2, 7}) {
