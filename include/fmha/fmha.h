@@ -131,14 +131,16 @@ typedef struct fmha_tensor {
  * gets O = 0 and lse = -inf.
  *
  * Non-finite data (NaN, inf). Keys a row does not see never affect it,
- * whatever their k and v hold. A NaN that reaches a row's logits (from its
- * q, from the k of a key it sees, or formed as inf - inf or 0 * inf inside a
- * dot product), an infinite logit (inf in q or k, or an F32 logit past
- * FLT_MAX) and an infinite softcap input all make the row's O and lse NaN:
- * lse = -inf always means "no key visible", never "NaN in". A NaN or inf in
- * the v of a key the row sees makes that column of O NaN or inf, unless the
- * key's softmax weight is exactly 0. Finite inputs whose logits stay finite
- * in FP32 give finite O and lse. */
+ * whatever their k and v hold. A NaN logit (from a NaN in the row's q or in
+ * the k of a key it sees, or inf - inf inside the dot product) and a +inf
+ * logit (inf in q or k, or an F32 logit past FLT_MAX) make the row's O and
+ * lse NaN, so lse = -inf still means only "no key visible" (or every logit
+ * -inf). A -inf logit gives its key weight 0. Softcap maps +-inf logits to
+ * +-softcap, so with it only a NaN logit does this. A NaN or inf in the v of
+ * a key the row sees makes that column of O NaN or inf; when that key's
+ * softmax weight is exactly 0 (underflow, a -inf logit) the column may stay
+ * finite instead. Finite inputs whose logits stay finite in FP32 give finite
+ * O and lse. */
 #define FMHA_MASK_NONE 0u
 #define FMHA_MASK_CAUSAL 1u
 #define FMHA_MASK_CAUSAL_TOP_LEFT 2u
