@@ -67,9 +67,10 @@ typedef enum fmha_status {
   FMHA_STATUS_MAP(FMHA_STATUS_ENUM_)
 #undef FMHA_STATUS_ENUM_
   FMHA_STATUS_COUNT_, /* not a status; one past the last value */
-  /* Not a status: keeps the enum 32 bits wide with every int value valid,
-   * so a caller's out-of-range value can be checked without undefined
-   * behaviour (likewise the other enums' _MAX_ENUM_). */
+  /* Not a status: keeps the enum 32 bits wide (likewise the other enums'
+   * _MAX_ENUM_). The library reads every enum argument and field as an
+   * int, so any int a caller passes, negative ones too, is checked and
+   * rejected rather than undefined behaviour. */
   FMHA_STATUS_MAX_ENUM_ = 0x7fffffff
 } fmha_status;
 
@@ -101,7 +102,16 @@ typedef enum fmha_device_kind {
 /* A strided 4-D view. Logical order [batch, heads, seq, head_dim]; strides
  * are in elements (not bytes) and may be any non-negative values, so BHND,
  * BNHD and slices of a packed QKV buffer are all expressible. The head_dim
- * stride should be 1 for the fast kernels. */
+ * stride should be 1 for the fast kernels. data must be aligned to the
+ * element size (2 bytes for F16/BF16, 4 for F32). Every dims[] entry is in
+ * [1, FMHA_MAX_DIM], and the largest element offset, sum((dims-1)*strides),
+ * plus one, times the element size, must fit int64 and not wrap the address
+ * space. */
+/* The largest dims[] entry accepted (2^62). Within it every index, mask
+ * bound and tile position the kernels compute fits int64 with room to spare;
+ * kernels may support less (fmha_forward_explain says so). */
+#define FMHA_MAX_DIM (INT64_C(1) << 62)
+
 typedef struct fmha_tensor {
   void* data;
   fmha_dtype dtype;
@@ -118,7 +128,19 @@ typedef struct fmha_tensor {
  * Sliding window (window_left/right >= 0; -1 = unbounded):
  *   key j visible iff d(i) - window_left <= j <= d(i) + window_right.
  * With a causal flag window_right must be -1 or 0. A row that sees no key
- * gets O = 0 and lse = -inf. */
+ * gets O = 0 and lse = -inf.
+ *
+ * Non-finite data (NaN, inf). Keys a row does not see never affect it,
+ * whatever their k and v hold. A NaN logit (from a NaN in the row's q or in
+ * the k of a key it sees, or inf - inf inside the dot product) and a +inf
+ * logit (inf in q or k, or an F32 logit past FLT_MAX) make the row's O and
+ * lse NaN, so lse = -inf still means only "no key visible" (or every logit
+ * -inf). A -inf logit gives its key weight 0. Softcap maps +-inf logits to
+ * +-softcap, so with it only a NaN logit does this. A NaN or inf in the v of
+ * a key the row sees makes that column of O NaN or inf; when that key's
+ * softmax weight is exactly 0 (underflow, a -inf logit) the column may stay
+ * finite instead. Finite inputs whose logits stay finite in FP32 give finite
+ * O and lse. */
 #define FMHA_MASK_NONE 0u
 #define FMHA_MASK_CAUSAL 1u
 #define FMHA_MASK_CAUSAL_TOP_LEFT 2u
@@ -132,17 +154,23 @@ typedef struct fmha_forward_params {
   uint32_t mask_flags;  /* FMHA_MASK_* */
   /* q: [B, Hq, Nq, D]; k, v: [B, Hk, Nk, D] with Hq % Hk == 0 (GQA/MQA:
    * query head h reads kv head h / (Hq / Hk)); o: [B, Hq, Nq, D].
-   * q, k, v and o share one dtype. */
+   * q, k, v and o share one dtype. o shares no byte with q, k, v or itself
+   * (checked exactly, element by element: q, k, v and o rows interleaved in
+   * one packed buffer are fine); q, k and v may overlap each other. */
   fmha_tensor q;
   fmha_tensor k;
   fmha_tensor v;
   fmha_tensor o;
   /* Optional [B, Hq, Nq] FP32, contiguous, natural-log log-sum-exp of the
    * scaled (and soft-capped) logits of each row; -inf for a row that sees
-   * no key. NULL = not written. On the handle's device. */
+   * no key, NaN for a row whose logits hold a NaN (see the masks section).
+   * NULL = not written. On the handle's device. Shares no byte with q, k, v
+   * or o. */
   float* lse;
   float scale;        /* 0 = 1/sqrt(D); else finite and > 0 */
-  float softcap;      /* 0 = off; else s -> softcap * tanh(s / softcap) */
+  /* 0 = off; else s -> softcap * tanh(s / softcap), with softcap >= FLT_MIN
+   * (no subnormals) and scale / softcap finite in FP32. */
+  float softcap;
   int32_t window_left;  /* -1 = unbounded */
   int32_t window_right; /* -1 = unbounded */
   /* NULL = automatic choice; else the name of a registered kernel to force
@@ -174,7 +202,9 @@ typedef struct fmha_context* fmha_handle;
 FMHA_API fmha_status fmha_create(fmha_handle* handle, fmha_device_kind kind,
                                  int device_ordinal);
 
-/* Releases the handle. NULL is fine. */
+/* Releases the handle. NULL is fine. Destroying a handle twice, or using it
+ * after fmha_destroy, is undefined behaviour: a handle is a pointer, and no
+ * C library can tell a freed one from a live one. */
 FMHA_API void fmha_destroy(fmha_handle handle);
 
 /* CUDA handles: the cudaStream_t later forwards are enqueued on (NULL = the
@@ -182,7 +212,10 @@ FMHA_API void fmha_destroy(fmha_handle handle);
 FMHA_API fmha_status fmha_set_stream(fmha_handle handle, void* cuda_stream);
 
 /* CPU handles: worker threads for later forwards; 0 = one per hardware
- * thread. Ignored by CUDA handles. Negative is invalid. */
+ * thread. Ignored by CUDA handles. Negative is invalid. When the system
+ * cannot start that many threads: FMHA_ERROR_OUT_OF_MEMORY and the handle
+ * keeps its previous threads (with 0: runs with the threads it could start).
+ * fmha_create likewise runs with what it could start. */
 FMHA_API fmha_status fmha_set_num_threads(fmha_handle handle, int num_threads);
 
 /* ---- forward ----------------------------------------------------------- */
@@ -194,10 +227,14 @@ FMHA_API fmha_status fmha_forward_workspace_size(
 
 /* Computes o (and lse when given). workspace: device memory of the handle's
  * device, 16-byte aligned, at least fmha_forward_workspace_size() bytes;
- * may be NULL when that size is 0. Allocates nothing itself, so a CUDA
- * forward can be captured in a CUDA graph. On CUDA the call is asynchronous
- * on the handle's stream. Validation happens before anything is written:
- * on any error o and lse are untouched. */
+ * may be NULL when that size is 0; the bytes it uses must not overlap q,
+ * k, v, o or lse. Allocates nothing itself, so a CUDA forward can be
+ * captured in a CUDA graph. On CUDA the call is asynchronous on the handle's
+ * stream. Validation happens before anything is written: on any error o and
+ * lse are untouched. What validation cannot see is the data: the library
+ * never reads tensor contents to check them (they may be device memory), so
+ * pointers into memory smaller than the described extent, or freed, are
+ * the caller's error and undefined behaviour. */
 FMHA_API fmha_status fmha_forward(fmha_handle handle,
                                   const fmha_forward_params* params,
                                   void* workspace, size_t workspace_bytes);

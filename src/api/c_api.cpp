@@ -59,9 +59,9 @@ size_t workspace_for(const fmha::KernelEntry& k, const fmha::Problem& p, const f
 extern "C" {
 
 const char* fmha_status_string(fmha_status status) {
-  switch (status) {
+  switch (fmha::enum_bits(status)) {  // any int the caller passed, read as one
 #define FMHA_STATUS_CASE_(name, value, text) \
-  case FMHA_##name:                          \
+  case value:                                \
     return text;
     FMHA_STATUS_MAP(FMHA_STATUS_CASE_)
 #undef FMHA_STATUS_CASE_
@@ -87,13 +87,16 @@ fmha_status fmha_create(fmha_handle* handle, fmha_device_kind kind, int device_o
     if (handle == nullptr) return fail(kInvalid, "handle is NULL");
     *handle = nullptr;
     auto ctx = std::make_unique<fmha_context>();
-    switch (kind) {
+    const int32_t kind_bits = fmha::enum_bits(kind);  // any int the caller passed
+    switch (kind_bits) {
       case FMHA_DEVICE_CPU:
         if (device_ordinal != 0)
           return fail(kInvalid, "device_ordinal=%d must be 0 for FMHA_DEVICE_CPU", device_ordinal);
         ctx->device.kind = FMHA_DEVICE_CPU;
-        ctx->device.num_threads = resolve_threads(0);
-        ctx->pool = std::make_unique<fmha::ThreadPool>(ctx->device.num_threads);
+        // The automatic thread count: run with the threads the system lets
+        // us start (at least the calling thread).
+        ctx->pool = std::make_unique<fmha::ThreadPool>(resolve_threads(0), fmha::ThreadPool::kAllowFewer);
+        ctx->device.num_threads = ctx->pool->size();
         break;
       case FMHA_DEVICE_CUDA: {
 #if FMHA_WITH_CUDA
@@ -105,7 +108,7 @@ fmha_status fmha_create(fmha_handle* handle, fmha_device_kind kind, int device_o
 #endif
       }
       default:
-        return fail(kInvalid, "kind=%d is not an fmha_device_kind (CPU=0, CUDA=1)", static_cast<int>(kind));
+        return fail(kInvalid, "kind=%d is not an fmha_device_kind (CPU=0, CUDA=1)", kind_bits);
     }
     *handle = ctx.release();
     return FMHA_SUCCESS;
@@ -132,8 +135,13 @@ fmha_status fmha_set_num_threads(fmha_handle handle, int num_threads) {
     if (handle->device.kind != FMHA_DEVICE_CPU) return FMHA_SUCCESS;
     const int n = resolve_threads(num_threads);
     if (n != handle->device.num_threads) {
-      handle->pool = std::make_unique<fmha::ThreadPool>(n);
-      handle->device.num_threads = n;
+      // An explicit count is all or nothing: when a thread cannot start, the
+      // pool throws std::bad_alloc (FMHA_ERROR_OUT_OF_MEMORY) and the handle
+      // keeps its old pool. The automatic count takes what it can get.
+      auto pool = std::make_unique<fmha::ThreadPool>(
+          n, num_threads == 0 ? fmha::ThreadPool::kAllowFewer : fmha::ThreadPool::kAllOrNothing);
+      handle->pool = std::move(pool);
+      handle->device.num_threads = handle->pool->size();
     }
     return FMHA_SUCCESS;
   });
@@ -167,6 +175,7 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
       return fail(kInvalid, "workspace is NULL but kernel %s needs %zu bytes", kernel->name, need);
     if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
       return fail(kInvalid, "workspace=%p is not 16-byte aligned", workspace);
+    if ((s = fmha::check_workspace(p, workspace, need)) != FMHA_SUCCESS) return s;
 #if FMHA_WITH_CUDA
     fmha::cuda::ScopedDevice device_scope;  // restores the caller's device on return
     if (handle->device.kind == FMHA_DEVICE_CUDA) {

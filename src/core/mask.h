@@ -26,6 +26,10 @@ struct KeyRange {
 
 // The visible keys of query row i for a band (diag_offset, window_left,
 // window_right) over seq_k keys; negative windows are unbounded.
+// No overflow: validation bounds seq_q, seq_k by FMHA_MAX_DIM = 2^62 and the
+// windows by int32, so for 0 <= i < seq_q, |d| < 2^62 and every sum below
+// stays within +-(2^62 + 2^31); tile loops that step a key position past
+// hi <= seq_k by one tile stay far below 2^63 too.
 FMHA_HOST_DEVICE KeyRange key_range(int64_t i, int64_t seq_k, int64_t diag_offset,
                                     int64_t window_left, int64_t window_right) {
   const int64_t d = i + diag_offset;

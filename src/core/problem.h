@@ -8,10 +8,27 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "fmha/fmha.h"
 
 namespace fmha {
+
+// The int a caller stored in an enum-typed argument or field. A C caller
+// may store any int there, but in C++ loading a value outside the enum's
+// range as the enum type is undefined, so the C boundary reads the bytes.
+template <class Enum>
+int32_t enum_bits(const Enum& e) {
+  static_assert(sizeof(Enum) == sizeof(int32_t), "fmha's enums are 32 bits (the _MAX_ENUM_ sentinels)");
+  int32_t v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+// Bytes per element of a dtype given as an int (0 for values outside fmha_dtype).
+constexpr int dtype_size_bits(int32_t t) {
+  return t == FMHA_DTYPE_F16 || t == FMHA_DTYPE_BF16 ? 2 : t == FMHA_DTYPE_F32 ? 4 : 0;
+}
 
 // Bytes per element of a dtype (0 for values outside fmha_dtype).
 constexpr int dtype_size(fmha_dtype t) {

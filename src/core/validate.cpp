@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 
 #include "core/error.h"
+#include "core/overlap.h"
 
 namespace fmha {
 namespace {
@@ -16,30 +18,32 @@ constexpr fmha_status kInvalid = FMHA_ERROR_INVALID_ARGUMENT;
 // Every struct_size fmha has shipped. Append, never remove.
 constexpr uint32_t kShippedParamSizes[] = {FMHA_FORWARD_PARAMS_SIZE_V1};
 
-bool valid_dtype(fmha_dtype t) { return dtype_size(t) != 0; }
-
-// [first, last] byte addresses a tensor touches.
-struct ByteRange {
-  uintptr_t first;
-  uintptr_t last;
-};
-
-fmha_status check_tensor(const char* name, const fmha_tensor& t, ByteRange* range) {
+// Pointer, dtype, dims, strides and the extent of one tensor.
+fmha_status check_tensor(const char* name, const fmha_tensor& t) {
   if (t.data == nullptr) return fail(kInvalid, "%s.data is NULL", name);
-  if (!valid_dtype(t.dtype))
-    return fail(kInvalid, "%s.dtype=%d is not an fmha_dtype (F16=1, BF16=2, F32=3)", name,
-                static_cast<int>(t.dtype));
+  // The caller may have stored any int in the enum field: read it as one.
+  const int32_t dtype = enum_bits(t.dtype);
+  const int64_t esize = dtype_size_bits(dtype);
+  if (esize == 0)
+    return fail(kInvalid, "%s.dtype=%d is not an fmha_dtype (F16=1, BF16=2, F32=3)", name, dtype);
   static const char* const kDimNames[4] = {"batch", "heads", "seq", "head_dim"};
   for (int d = 0; d < 4; ++d) {
     if (t.dims[d] <= 0)
       return fail(kInvalid, "%s.dims[%d]=%" PRId64 " (%s) must be positive", name, d, t.dims[d],
                   kDimNames[d]);
+    if (t.dims[d] > FMHA_MAX_DIM)
+      return fail(kInvalid, "%s.dims[%d]=%" PRId64 " (%s) exceeds FMHA_MAX_DIM=2^62", name, d,
+                  t.dims[d], kDimNames[d]);
     if (t.strides[d] < 0)
       return fail(kInvalid, "%s.strides[%d]=%" PRId64 " must be non-negative", name, d,
                   t.strides[d]);
   }
-  // Largest element offset sum((dims-1)*strides), then bytes, in int64.
-  const int64_t esize = dtype_size(t.dtype);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
+  if (base % static_cast<uintptr_t>(esize) != 0)
+    return fail(kInvalid, "%s.data=%p is not %d-byte aligned (%s elements)", name, t.data,
+                static_cast<int>(esize), dtype_name(t.dtype));
+  // Largest element offset sum((dims-1)*strides), then the byte count
+  // (last + 1) * esize, all checked in int64.
   int64_t last = 0;
   for (int d = 0; d < 4; ++d) {
     int64_t term;
@@ -48,34 +52,53 @@ fmha_status check_tensor(const char* name, const fmha_tensor& t, ByteRange* rang
       return fail(kInvalid, "%s: dims x strides overflows int64 (dims[%d]=%" PRId64
                   ", strides[%d]=%" PRId64 ")", name, d, t.dims[d], d, t.strides[d]);
   }
-  int64_t last_byte;
-  if (__builtin_mul_overflow(last + 1, esize, &last_byte))
-    return fail(kInvalid, "%s: extent of %" PRId64 " elements overflows int64 bytes", name, last + 1);
-  const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
-  if (base + static_cast<uintptr_t>(last_byte) - 1 < base)
-    return fail(kInvalid, "%s: extent of %" PRId64 " bytes wraps the address space", name, last_byte);
-  *range = {base, base + static_cast<uintptr_t>(last_byte) - 1};
+  int64_t elements, bytes;
+  if (__builtin_add_overflow(last, 1, &elements) || __builtin_mul_overflow(elements, esize, &bytes))
+    return fail(kInvalid, "%s: extent of %" PRId64 " + 1 elements of %d bytes overflows int64", name,
+                last, static_cast<int>(esize));
+  uintptr_t end;  // the last byte
+  if (__builtin_add_overflow(base, static_cast<uintptr_t>(bytes) - 1, &end))
+    return fail(kInvalid, "%s: extent of %" PRId64 " bytes wraps the address space", name, bytes);
   return FMHA_SUCCESS;
 }
 
-// o must not alias itself: with dims ordered by stride, each stride must
-// reach past the extent of the smaller ones (torch's non-overlapping check).
-fmha_status check_no_self_overlap(const char* name, const fmha_tensor& t) {
-  int order[4] = {0, 1, 2, 3};
-  std::sort(order, order + 4, [&](int a, int b) { return t.strides[a] < t.strides[b]; });
-  int64_t extent = 1;  // elements spanned by the dims already placed
-  for (int i = 0; i < 4; ++i) {
-    const int d = order[i];
-    if (t.dims[d] == 1) continue;
-    if (t.strides[d] < extent)
-      return fail(kInvalid, "%s.strides[%d]=%" PRId64 " makes %s overlap itself (needs >= %" PRId64 ")",
-                  name, d, t.strides[d], name, extent);
-    extent = t.strides[d] * (t.dims[d] - 1) + extent;
+StridedBytes tensor_view(const fmha_tensor& t) {
+  return tensor_bytes(t.data, t.dims, t.strides, dtype_size(t.dtype));
+}
+
+// A write target (o, lse, the workspace) must not share a byte with another
+// operand. The test is exact (core/overlap.h); a layout too irregular for
+// it to decide within its budget is refused as a possible overlap.
+fmha_status check_disjoint(const char* out_name, const StridedBytes& out, const char* in_name,
+                           const StridedBytes& in) {
+  switch (views_overlap(out, in)) {
+    case Overlap::kDisjoint:
+      return FMHA_SUCCESS;
+    case Overlap::kOverlap:
+      return fail(kInvalid, "%s overlaps %s (%s=%p, %s=%p)", out_name, in_name, out_name,
+                  reinterpret_cast<void*>(out.base), in_name, reinterpret_cast<void*>(in.base));
+    default:
+      return fail(kInvalid, "%s may overlap %s (%s=%p, %s=%p): strides too irregular to prove them disjoint",
+                  out_name, in_name, out_name, reinterpret_cast<void*>(out.base), in_name,
+                  reinterpret_cast<void*>(in.base));
   }
-  return FMHA_SUCCESS;
 }
 
-bool overlaps(const ByteRange& a, const ByteRange& b) { return a.first <= b.last && b.first <= a.last; }
+// o must not alias itself: no two of its elements may share a byte.
+fmha_status check_no_self_overlap(const char* name, const fmha_tensor& t) {
+  switch (view_overlaps_itself(tensor_view(t))) {
+    case Overlap::kDisjoint:
+      return FMHA_SUCCESS;
+    case Overlap::kOverlap:
+      return fail(kInvalid, "%s.strides={%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                  "} makes %s overlap itself", name, t.strides[0], t.strides[1], t.strides[2],
+                  t.strides[3], name);
+    default:
+      return fail(kInvalid, "%s.strides={%" PRId64 ", %" PRId64 ", %" PRId64 ", %" PRId64
+                  "} may make %s overlap itself (too irregular to prove otherwise)", name,
+                  t.strides[0], t.strides[1], t.strides[2], t.strides[3], name);
+  }
+}
 
 fmha_status check_finite_nonneg(const char* name, float value) {
   if (std::isnan(value) || std::isinf(value) || value < 0.f)
@@ -99,10 +122,9 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
   fmha_forward_params_init(&prm);
   std::memcpy(&prm, user, std::min<size_t>(size, sizeof prm));
 
-  ByteRange rq, rk, rv, ro;
   fmha_status s;
-  if ((s = check_tensor("q", prm.q, &rq)) || (s = check_tensor("k", prm.k, &rk)) ||
-      (s = check_tensor("v", prm.v, &rv)) || (s = check_tensor("o", prm.o, &ro)))
+  if ((s = check_tensor("q", prm.q)) || (s = check_tensor("k", prm.k)) || (s = check_tensor("v", prm.v)) ||
+      (s = check_tensor("o", prm.o)))
     return s;
 
   const fmha_tensor& q = prm.q;
@@ -154,31 +176,41 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
 
   if ((s = check_finite_nonneg("scale", prm.scale)) || (s = check_finite_nonneg("softcap", prm.softcap)))
     return s;
+  // Kernels divide by softcap (or multiply by its reciprocal, with the
+  // scale folded in): both must stay finite, or a zero logit becomes 0 * inf.
+  const double resolved_scale =
+      prm.scale != 0.f ? prm.scale : 1.0 / std::sqrt(static_cast<double>(prm.q.dims[3]));
+  if (prm.softcap != 0.f &&
+      (prm.softcap < FLT_MIN || resolved_scale / prm.softcap > static_cast<double>(FLT_MAX)))
+    return fail(kInvalid, "softcap=%g must be 0 or at least %g (FLT_MIN), and scale/softcap=%g finite in FP32",
+                static_cast<double>(prm.softcap), static_cast<double>(FLT_MIN),
+                resolved_scale / static_cast<double>(prm.softcap));
   if (prm.num_splits < 0) return fail(kInvalid, "num_splits=%d must be >= 0", prm.num_splits);
   if (prm.reserved_ != 0) return fail(kInvalid, "reserved_=%d must be 0", prm.reserved_);
 
   if ((s = check_no_self_overlap("o", o))) return s;
-  const struct {
-    const char* name;
-    const ByteRange* r;
-  } inputs[] = {{"q", &rq}, {"k", &rk}, {"v", &rv}};
-  for (const auto& in : inputs)
-    if (overlaps(ro, *in.r))
-      return fail(kInvalid, "o (bytes %p..%p) overlaps %s (bytes %p..%p)",
-                  reinterpret_cast<void*>(ro.first), reinterpret_cast<void*>(ro.last), in.name,
-                  reinterpret_cast<void*>(in.r->first), reinterpret_cast<void*>(in.r->last));
+  const StridedBytes vq = tensor_view(q), vk = tensor_view(k), vv = tensor_view(v), vo = tensor_view(o);
+  if ((s = check_disjoint("o", vo, "q", vq)) || (s = check_disjoint("o", vo, "k", vk)) ||
+      (s = check_disjoint("o", vo, "v", vv)))
+    return s;
   if (prm.lse != nullptr) {
     const uintptr_t first = reinterpret_cast<uintptr_t>(prm.lse);
     if (first % alignof(float) != 0)
       return fail(kInvalid, "lse=%p is not 4-byte aligned", static_cast<void*>(prm.lse));
-    const int64_t rows = q.dims[0] * q.dims[1] * q.dims[2];  // each < extent, no overflow
-    const ByteRange rl{first, first + static_cast<uintptr_t>(rows) * sizeof(float) - 1};
-    const struct {
-      const char* name;
-      const ByteRange* r;
-    } all[] = {{"q", &rq}, {"k", &rk}, {"v", &rv}, {"o", &ro}};
-    for (const auto& x : all)
-      if (overlaps(rl, *x.r)) return fail(kInvalid, "lse overlaps %s", x.name);
+    // rows <= the element count of o, which fits int64 (o does not overlap
+    // itself and its extent fits); the byte count may still not.
+    const int64_t rows = q.dims[0] * q.dims[1] * q.dims[2];
+    int64_t bytes;
+    if (__builtin_mul_overflow(rows, static_cast<int64_t>(sizeof(float)), &bytes))
+      return fail(kInvalid, "lse: %" PRId64 " rows of 4 bytes overflow int64", rows);
+    uintptr_t end;
+    if (__builtin_add_overflow(first, static_cast<uintptr_t>(bytes) - 1, &end))
+      return fail(kInvalid, "lse=%p: %" PRId64 " bytes wrap the address space", static_cast<void*>(prm.lse),
+                  bytes);
+    const StridedBytes vl = contiguous_bytes(prm.lse, static_cast<uint64_t>(bytes));
+    if ((s = check_disjoint("lse", vl, "q", vq)) || (s = check_disjoint("lse", vl, "k", vk)) ||
+        (s = check_disjoint("lse", vl, "v", vv)) || (s = check_disjoint("lse", vl, "o", vo)))
+      return s;
   }
 
   Problem p;
@@ -207,6 +239,32 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
   p.num_splits = prm.num_splits;
   p.forced_kernel = prm.kernel;
   *out = p;
+  return FMHA_SUCCESS;
+}
+
+fmha_status check_workspace(const Problem& p, const void* workspace, size_t bytes) {
+  if (bytes == 0) return FMHA_SUCCESS;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(workspace);
+  uintptr_t end;
+  if (bytes > static_cast<size_t>(INT64_MAX) || __builtin_add_overflow(first, bytes - 1, &end))
+    return fail(kInvalid, "workspace=%p: %zu bytes wrap the address space", workspace, bytes);
+  const StridedBytes ws = contiguous_bytes(workspace, bytes);
+  const int64_t q_dims[4] = {p.batch, p.heads_q, p.seq_q, p.head_dim};
+  const int64_t kv_dims[4] = {p.batch, p.heads_kv, p.seq_k, p.head_dim};
+  const int elem = dtype_size(p.dtype);
+  const struct {
+    const char* name;
+    const Operand* op;
+    const int64_t* dims;
+  } all[] = {{"q", &p.q, q_dims}, {"k", &p.k, kv_dims}, {"v", &p.v, kv_dims}, {"o", &p.o, q_dims}};
+  fmha_status s;
+  for (const auto& x : all)
+    if ((s = check_disjoint("workspace", ws, x.name, tensor_bytes(x.op->data, x.dims, x.op->stride, elem))))
+      return s;
+  if (p.lse != nullptr &&
+      (s = check_disjoint("workspace", ws, "lse",
+                          contiguous_bytes(p.lse, static_cast<uint64_t>(p.batch * p.heads_q * p.seq_q) * 4))))
+    return s;
   return FMHA_SUCCESS;
 }
 

@@ -6,13 +6,20 @@
 #include "core/device_info.h"
 #include "core/problem.h"
 
+#include <cstddef>
+
 namespace fmha {
 
 // Checks everything that does not depend on the device: struct_size,
 // pointers, dtypes, dims, strides (extent overflow, o aliasing itself),
-// shapes, GQA divisibility, mask bits and windows, scale, softcap, overlap of
-// o and lse with the inputs.
+// shapes, GQA divisibility, mask bits and windows, scale, softcap, element
+// alignment, dims up to FMHA_MAX_DIM, and overlap (exact, core/overlap.h) of
+// o and lse with the inputs and of o with itself.
 fmha_status build_problem(const fmha_forward_params* params, Problem* out);
+
+// Checks that the `bytes` of workspace a kernel will use share no byte with
+// q, k, v, o or lse.
+fmha_status check_workspace(const Problem& p, const void* workspace, size_t bytes);
 
 // Where a pointer lives (*device receives the owning device of kDevice
 // memory). Supplied by the API layer, which knows whether a GPU runtime is

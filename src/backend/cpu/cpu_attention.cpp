@@ -209,18 +209,22 @@ FMHA_CPU_INLINE void store_row(const float* src, float mul, int64_t n, fmha_dtyp
 
 // e^x for x <= 0 (the only arguments the softmax makes: s - m' <= 0), with
 // e^-inf = 0 exactly, so masked scores and an empty running state (m = -inf)
-// contribute nothing and never form -inf - -inf. Branch-free so the loops
-// over it vectorize; libm's expf does not, and would cost as much as the
-// two products together. Accuracy: degree-7 Taylor on |r| <= ln2/2
-// (truncation < 6e-9 relative), measured <= 1.2 ulp on [-87.3, 0]. Results
-// below 2^-126 flush to 0, which is below the resolution of any sum they
-// join (the row max contributes 1).
+// contribute nothing and never form -inf - -inf, and e^NaN = NaN, so a NaN
+// logit reaches l (and so O and lse). Branch-free so the loops over it
+// vectorize; libm's expf does not, and would cost as much as the two
+// products together. Accuracy: degree-7 Taylor on |r| <= ln2/2 (truncation
+// < 6e-9 relative), measured <= 1.2 ulp on [-87.3, 0]. Results below 2^-126
+// flush to 0, which is below the resolution of any sum they join (the row
+// max contributes 1).
 FMHA_CPU_INLINE float exp_nonpositive(float x) {
   constexpr float kLn2Hi = 0.693145751953125f;  // ln 2 split so n * kLn2Hi is exact
   constexpr float kLn2Lo = 1.42860682030941723e-6f;
   constexpr float kMin = -87.33654475f;  // ln(2^-126)
   constexpr float kRound = 12582912.f;   // 1.5 * 2^23: adding it rounds to an integer
-  const float xc = x < kMin ? kMin : x;
+  // Clamped into [kMin, 0] with NaN sent to kMin, so the conversion of n
+  // to int below is always defined (a NaN or out-of-range float to int is
+  // undefined behaviour); the result for NaN is picked at the end.
+  const float xc = x >= kMin ? (x <= 0.f ? x : 0.f) : kMin;
   const float n = (xc * kLog2e + kRound) - kRound;  // nearest integer, in [-126, 0]
   const float r = (xc - n * kLn2Hi) - n * kLn2Lo;   // |r| <= ln2/2
   float poly = 1.f / 5040.f;
@@ -232,7 +236,7 @@ FMHA_CPU_INLINE float exp_nonpositive(float x) {
   poly = poly * r + 1.f;
   poly = poly * r + 1.f;
   const float two_n = bits_float(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
-  return x < kMin ? 0.f : poly * two_n;
+  return x >= kMin ? poly * two_n : (x < kMin ? 0.f : x);  // x NaN: NaN
 }
 
 // tanh for the softcap, branch-free: (1 - e^-2|x|) / (1 + e^-2|x|) away
@@ -416,6 +420,18 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
                v.stride[3], D, dt, vt + j * DP);
     }
 
+    // A NaN or inf in V meets zero probabilities in the product below (0 *
+    // NaN = NaN): those of keys masked for some rows of the block, and of
+    // visible keys whose weight underflowed. Such a tile takes the exact
+    // path that skips every zero weight, so a key a row does not see never
+    // reaches its O (fmha.h, "Non-finite data"). Finite tiles, the rule,
+    // take the register-blocked product, where 0 * v = 0 exactly.
+    uint32_t v_nonfinite = 0;
+    for (int64_t j = 0; j < bc; ++j) {
+      const float* vj = vt + j * DP;
+      for (int64_t d = 0; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
+    }
+
     // S = K_tile . (scale Q)^T, keys x rows.
     gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
 
@@ -475,22 +491,36 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // o = alpha o + P . V_tile: the old o is rescaled to the new max as it
     // is loaded into the accumulators, before the current tile's PV is
     // added (seed section 6: the other order mixes two scales).
-    gemm_rows<kRows, true>(s, 1, BR, vt, DP, o, DP, nr, DP, bc, alpha);
+    if (!v_nonfinite) {
+      gemm_rows<kRows, true>(s, 1, BR, vt, DP, o, DP, nr, DP, bc, alpha);
+    } else {
+      for (int64_t r = 0; r < nr; ++r) {
+        float* orow = o + r * DP;
+        for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
+        for (int64_t j = 0; j < bc; ++j) {
+          const float pj = s[j * BR + r];
+          if (pj == 0.f) continue;
+          const float* vj = vt + j * DP;
+          for (int64_t x = 0; x < DP; ++x) orow[x] += pj * vj[x];
+        }
+      }
+    }
   }
 
   // O = o / l and lse = m + log l. A row that saw no key has l = 0: O = 0
-  // and lse = -inf (the public contract), with no 0/0.
+  // and lse = -inf (the public contract), with no 0/0. A NaN logit made l
+  // NaN: O and lse are NaN, never the -inf of "no key".
   const Operand& out = p.o;
   const int64_t o_base = b * out.stride[0] + h * out.stride[1];
   char* o_data = static_cast<char*>(out.data);
   for (int64_t r = 0; r < nr; ++r) {
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : l[r] == 0.f ? 0.f : l[r];
     store_row(o + r * DP, inv, D, dt, o_data + (o_base + (i0 + r) * out.stride[2]) * dtype_size(dt),
               out.stride[3]);
   }
   if (p.lse != nullptr) {
     float* lse = p.lse + (b * p.heads_q + h) * p.seq_q + i0;
-    for (int64_t r = 0; r < nr; ++r) lse[r] = l[r] > 0.f ? m[r] + std::log(l[r]) : -kInf;
+    for (int64_t r = 0; r < nr; ++r) lse[r] = l[r] > 0.f ? m[r] + std::log(l[r]) : l[r] == 0.f ? -kInf : l[r];
   }
 }
 
@@ -523,13 +553,25 @@ BlockFn select_block_fn() {
   return run_block_baseline;
 }
 
+// Work items: (batch, query head, query block).
+int64_t work_items(const Problem& p) {
+  const int64_t rows = tile_shape(p.head_dim).rows;
+  return (p.seq_q + rows - 1) / rows * p.batch * p.heads_q;
+}
+
+// Threads that take part: no more than there are work items
+// (ThreadPool::parallel_for numbers its workers below that count).
+int64_t workers(const Problem& p, int num_threads) {
+  return std::min<int64_t>(std::max(num_threads, 1), work_items(p));
+}
+
 }  // namespace
 
 size_t workspace_bytes(const Problem& p, const DeviceInfo& dev) {
-  // kAlignBytes of slack: the caller guarantees only 16-byte alignment, and
-  // forward rounds the base up so every slice starts on a cache line.
-  const int64_t threads = std::max(dev.num_threads, 1);
-  return static_cast<size_t>(threads * scratch_layout(p).bytes + kAlignBytes);
+  // One slice per worker that can take part. kAlignBytes of slack: the
+  // caller guarantees only 16-byte alignment, and forward rounds the base
+  // up so every slice starts on a cache line.
+  return static_cast<size_t>(workers(p, dev.num_threads) * scratch_layout(p).bytes + kAlignBytes);
 }
 
 fmha_status forward(const Problem& p, const LaunchContext& ctx) {
@@ -557,7 +599,7 @@ fmha_status forward(const Problem& p, const LaunchContext& ctx) {
   };
   job.longest_last = block_keys(job.row_tiles - 1) > block_keys(0);
 
-  const int64_t items = job.row_tiles * p.batch * p.heads_q;
+  const int64_t items = work_items(p);
   // The lambda captures two pointers, so std::function stores it inline:
   // forward allocates nothing.
   const Job* jp = &job;

@@ -11,7 +11,8 @@
 
 namespace fmha::cpu {
 
-// Per-thread scratch times dev.num_threads.
+// Per-thread scratch times the threads that take part: dev.num_threads, or
+// fewer when the problem has fewer work items (batch x heads x query blocks).
 size_t workspace_bytes(const Problem& p, const DeviceInfo& dev);
 
 // Computes p.o (and p.lse) with ctx.pool; ctx.workspace holds at least

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -26,6 +28,7 @@ struct ThreadPool::Impl {
   std::atomic<int64_t> next{0};
 
   void run_items(int worker) {
+    if (worker >= job_size) return;  // at most job_size workers take part
     for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < job_size;
          i = next.fetch_add(1, std::memory_order_relaxed))
       (*job)(i, worker);
@@ -45,20 +48,38 @@ struct ThreadPool::Impl {
       if (--busy == 0) done.notify_one();
     }
   }
+
+  // Stops and joins every started worker.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    for (std::thread& t : threads) t.join();
+    threads.clear();
+  }
 };
 
-ThreadPool::ThreadPool(int num_threads) : impl_(new Impl) {
-  for (int w = 1; w < num_threads; ++w) impl_->threads.emplace_back([this, w] { impl_->worker_loop(w); });
+ThreadPool::ThreadPool(int num_threads, StartPolicy policy) : impl_(new Impl) {
+  // A worker that cannot start (std::system_error, e.g. EAGAIN under an
+  // address-space or process limit, or std::bad_alloc) must not leave the
+  // started ones running: unwinding past them would destroy a joinable
+  // std::thread and the mutex and condition variables they wait on.
+  try {
+    impl_->threads.reserve(static_cast<size_t>(num_threads > 1 ? num_threads - 1 : 0));
+    for (int w = 1; w < num_threads; ++w) {
+      Impl* impl = impl_.get();
+      impl->threads.emplace_back([impl, w] { impl->worker_loop(w); });
+    }
+  } catch (const std::exception&) {
+    if (policy == kAllowFewer) return;  // run with the threads that started
+    impl_->stop();
+    throw std::bad_alloc();
+  }
 }
 
-ThreadPool::~ThreadPool() {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mutex);
-    impl_->stopping = true;
-  }
-  impl_->wake.notify_all();
-  for (std::thread& t : impl_->threads) t.join();
-}
+ThreadPool::~ThreadPool() { impl_->stop(); }
 
 int ThreadPool::size() const { return static_cast<int>(impl_->threads.size()) + 1; }
 

@@ -24,7 +24,8 @@
 namespace fmha::cuda {
 
 // O = o / l for each of the lane's rows (0 for a row that saw no key, l = 0)
-// and lse = m * lse_scale + ln l in natural units (-inf for such a row).
+// and lse = m * lse_scale + ln l in natural units (-inf for such a row; NaN
+// for a row whose l is NaN, fmha.h's rule for a NaN logit).
 // m, l: the OnlineSoftmax state after finish(); lse_scale = score_log2 * ln 2
 // turns m (raw-score units) into natural units.
 template <int kMSlices, int kDTiles>
@@ -35,10 +36,11 @@ __device__ __forceinline__ void finalize_rows(float (&o)[kMSlices][kDTiles][4], 
   for (int ms = 0; ms < kMSlices; ++ms)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
+      // l = 0: no key (O = 0, lse = -inf); l NaN: a NaN logit (O, lse NaN).
       const float sum = l[ms][hh];
-      const bool any = sum > 0.f;
-      const float inv = any ? 1.f / sum : 0.f;
-      lse[ms][hh] = any ? m[ms][hh] * lse_scale + logf(sum) : kNegInf;
+      const bool none = sum == 0.f;
+      const float inv = none ? 0.f : 1.f / sum;
+      lse[ms][hh] = none ? kNegInf : m[ms][hh] * lse_scale + logf(sum);
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
         o[ms][dt][2 * hh] *= inv;

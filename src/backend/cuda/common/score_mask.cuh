@@ -24,7 +24,9 @@ struct ScoreMask {
       for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float x = fminf(fmaxf(s[ms][nt][e] * cap_in, -15.f), 15.f);
+          // Comparisons, not fminf/fmaxf, so a NaN stays NaN (fmha.h).
+          const float y = s[ms][nt][e] * cap_in;
+          const float x = y > 15.f ? 15.f : y < -15.f ? -15.f : y;
           const float t = 1.f - __fdividef(2.f, fast_exp2(2.f * kLog2e * x) + 1.f);
           s[ms][nt][e] = cap_out * t;
         }

@@ -9,9 +9,12 @@
 //   L = sum_s a_s l_s,   O = (sum_s a_s o_s) / L,   lse = M + ln L.
 //
 // Splits that saw no key of a row have m_s = -inf, hence a_s = 0 (M is
-// finite), and drop out; a row that no split saw (M = -inf) gets O = 0 and
-// lse = -inf without evaluating any -inf - -inf. The differences m_s - M are
-// taken in natural units, so logits of 1e4 lose nothing to the combine.
+// finite), and drop out: a split of weight a_s = 0 is skipped in the O sum,
+// so whatever its o_s holds never matters. A row that no split saw (M =
+// -inf) exponentiates against 0 instead, so no -inf - -inf arises: L = 0,
+// O = 0 and lse = -inf. A NaN logit made some l_s NaN: L, O and lse are NaN
+// (fmha.h). The differences m_s - M are taken in natural units, so logits of
+// 1e4 lose nothing to the combine.
 //
 // One warp per row, no shared memory. Lane t reads the states of splits
 // t + 32 k, the warp reduces M and L, and the weights a_s stay in the lanes'
@@ -79,20 +82,14 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
 #pragma unroll
     for (int k = 1; k < kSplitsPerLane; ++k) mx = fmaxf(mx, m[k]);
     mx = warp_max(mx);
-    if (mx == kNegInf) {  // no split saw a key of this row
-#pragma unroll
-      for (int c = 0; c < kC; ++c)
-        if (lane + kWarpSize * c < D) out[(lane + kWarpSize * c) * p.o_stride[3]] = from_float<T>(0.f);
-      if (lse != nullptr && lane == 0) *lse = kNegInf;
-      continue;
-    }
+    const float m_use = mx == kNegInf ? 0.f : mx;  // no split saw a key: a_s = 0
 
     // a_s = e^(m_s - M) (0 for a split without keys), L = sum_s a_s l_s.
     float a[kSplitsPerLane];
     float sum = 0.f;
 #pragma unroll
     for (int k = 0; k < kSplitsPerLane; ++k) {
-      a[k] = expf(m[k] - mx);
+      a[k] = expf(m[k] - m_use);
       sum = fmaf(a[k], l[k], sum);
     }
     sum = warp_sum(sum);
@@ -116,17 +113,19 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
 #pragma unroll
         for (int c = 0; c < kC; ++c) v[c] = row[dim[c]];
 #pragma unroll
-        for (int c = 0; c < kC; ++c) acc[c] = fmaf(w, v[c], acc[c]);
+        for (int c = 0; c < kC; ++c) acc[c] = w != 0.f ? fmaf(w, v[c], acc[c]) : acc[c];
       }
     }
 
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;  // sum >= 1: the split at M has l >= 1
+    // sum >= 1 when a split saw a key (the split at M has l >= 1), 0 when
+    // none did, NaN after a NaN logit.
+    const float inv = sum == 0.f ? 0.f : 1.f / sum;
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
       const int d = lane + kWarpSize * c;
       if (d < D) out[d * p.o_stride[3]] = from_float<T>(acc[c] * inv);
     }
-    if (lse != nullptr && lane == 0) *lse = mx + logf(sum);
+    if (lse != nullptr && lane == 0) *lse = sum == 0.f ? kNegInf : mx + logf(sum);
   }
 }
 

@@ -33,7 +33,10 @@ GenericPlan make_plan(const Problem& p, const DeviceInfo& dev) {
   }
   plan.grid.splits = choose_splits(plan.grid.blocks(), kCtasPerSm, ceil_div(span, block_n), dev.num_sms, p.num_splits);
   plan.workspace = fwd_partials_bytes(p, plan.grid);
-  if (plan.workspace == SIZE_MAX) {  // the partials would not fit size_t: run unsplit
+  const int64_t base = plan.grid.m_tiles * plan.grid.units;
+  // Unsplit when the partials would not fit size_t or the work count
+  // (base x splits) would not fit int64.
+  if (plan.workspace == SIZE_MAX || (plan.grid.splits > 1 && base > INT64_MAX / plan.grid.splits)) {
     plan.grid.splits = 1;
     plan.workspace = 0;
   }

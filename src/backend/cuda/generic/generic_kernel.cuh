@@ -146,8 +146,9 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
       const int64_t k0 = t * kBlockN;
       // Stage the K/V tile (and publish Q on the first pass). Keys past the
       // CTA's range and dims past head_dim are zero so no garbage (or NaN)
-      // meets a zero probability.
+      // meets a zero probability. v_bad: this thread staged a NaN or inf of V.
       __syncthreads();
+      bool v_bad = false;
       for (int e0 = 0; e0 < kStageElems; e0 += kThreads * kStageBatch) {
         float kx[kStageBatch], vx[kStageBatch];
 #pragma unroll
@@ -162,6 +163,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
             kx[u] = to_float(kbase[key * p.k_stride[2] + d * p.k_stride[3]]);
             vx[u] = to_float(vbase[key * p.v_stride[2] + d * p.v_stride[3]]);
           }
+          v_bad |= !isfinite(vx[u]);
         }
 #pragma unroll
         for (int u = 0; u < kStageBatch; ++u) {
@@ -172,7 +174,11 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
           v_s[e] = vx[u];
         }
       }
-      __syncthreads();
+      // A NaN or inf in V would reach, as 0 * NaN = NaN, the rows that give
+      // its key weight 0 (masked keys included): a tile holding one (a
+      // CTA-wide vote, on the barrier that publishes the tile) skips every
+      // zero weight in P V below. Finite tiles, the rule, keep plain FMAs.
+      const bool v_guard = __syncthreads_or(v_bad) != 0;
 
       // Skip the tile when none of this warp's rows sees any of its keys
       // (causal blocks on the diagonal, window edges, rows past seq_q).
@@ -258,11 +264,16 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
           const float4 pp = reinterpret_cast<const float4*>(pw + r * kBlockN)[j4];  // broadcast
 #pragma unroll
           for (int c = 0; c < kC; ++c) {
-            if (c < nc) {
+            if (c < nc && !v_guard) {
               o[r][c] = fmaf(pp.x, vv[0][c], o[r][c]);
               o[r][c] = fmaf(pp.y, vv[1][c], o[r][c]);
               o[r][c] = fmaf(pp.z, vv[2][c], o[r][c]);
               o[r][c] = fmaf(pp.w, vv[3][c], o[r][c]);
+            } else if (c < nc) {
+              o[r][c] = pp.x != 0.f ? fmaf(pp.x, vv[0][c], o[r][c]) : o[r][c];
+              o[r][c] = pp.y != 0.f ? fmaf(pp.y, vv[1][c], o[r][c]) : o[r][c];
+              o[r][c] = pp.z != 0.f ? fmaf(pp.z, vv[2][c], o[r][c]) : o[r][c];
+              o[r][c] = pp.w != 0.f ? fmaf(pp.w, vv[3][c], o[r][c]) : o[r][c];
             }
           }
         }
@@ -271,14 +282,15 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
     }
 
     // Epilogue: O = o / l, lse = m + log l; a row that saw no key
-    // (l = 0) gets O = 0 and lse = -inf. Split CTAs store the raw state.
+    // (l = 0) gets O = 0 and lse = -inf, a row with a NaN logit (l NaN)
+    // O and lse NaN. Split CTAs store the raw state.
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float l_row = warp_sum(l[r]);
       const int64_t i = wi0 + r;
       if (i >= p.seq_q) continue;
       if (p.num_splits == 1) {
-        const float inv = l_row > 0.f ? 1.f / l_row : 0.f;
+        const float inv = l_row == 0.f ? 0.f : 1.f / l_row;  // NaN l stays NaN (fmha.h)
         T* orow = og + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
 #pragma unroll
         for (int c = 0; c < kC; ++c) {
@@ -286,7 +298,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
           if (d < D) orow[d * p.o_stride[3]] = from_float<T>(o[r][c] * inv);
         }
         if (p.lse != nullptr && lane == 0)
-          p.lse[bh * p.seq_q + i] = l_row > 0.f ? m[r] + logf(l_row) : -INFINITY;
+          p.lse[bh * p.seq_q + i] = l_row == 0.f ? -INFINITY : m[r] + logf(l_row);
       } else {
         const int64_t slot = (split * p.units + bh) * p.rows + i;  // common/split_combine.h, pack 1
         float* wo = p.o_partial + slot * D;

@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/epilogue.cuh"
@@ -261,6 +262,93 @@ struct WarpPV {
 };
 
 // ---------------------------------------------------------------------------
+// NonFiniteV: keeps a NaN or inf in V away from the rows that give its key
+// weight 0. In P V a masked key has p = 0 exactly, but 0 * NaN = NaN inside
+// the mma, so on a tile with a mask edge (where rows differ in which keys
+// they see) a non-finite V element would reach every row. Such a tile, found
+// by a CTA-wide vote over the chunks each thread copied, takes
+// warp_pv_guarded: the P V mma on V with its non-finite elements zeroed (in
+// registers), plus a second mma of (p != 0) x (V element non-finite), both
+// 0/1 and finite, whose non-zero entries are the (row, dim) pairs that do
+// see such a value: those become NaN. Tiles without an edge, and tiles whose
+// V is finite (the rule), run the plain WarpPV::run. kGuardNonFiniteV = false
+// compiles the guard out (fmha.h's rule then holds on whole tiles only).
+// ---------------------------------------------------------------------------
+constexpr bool kGuardNonFiniteV = true;
+
+template <class T>
+struct NonFiniteV {
+  // Exponent bits of a 16-bit element, and the bits of 1.0.
+  static constexpr uint32_t kExp = std::is_same<T, __half>::value ? 0x7c00u : 0x7f80u;
+  static constexpr uint32_t kOne = std::is_same<T, __half>::value ? 0x3c00u : 0x3f80u;
+  // 0xffff in each half of a pair that is NaN or inf.
+  __device__ __forceinline__ static uint32_t mask(uint32_t pair) {
+    return ((pair & kExp) == kExp ? 0x0000ffffu : 0u) | ((pair & (kExp << 16)) == (kExp << 16) ? 0xffff0000u : 0u);
+  }
+  // Whether any element of this thread's copied chunks of a tile (the walk
+  // of TileLoader<T, Cfg, kRows>::at) is NaN or inf; its copies must have
+  // landed (cp.async.wait_group).
+  template <class Cfg, int kRows>
+  __device__ static bool in_own_chunks(const unsigned char* tile, int tid) {
+    using Loader = TileLoader<T, Cfg, kRows>;
+    uint32_t bad = 0;
+#pragma unroll
+    for (int pass = 0; pass < Loader::kPasses; ++pass) {
+      int r, c;
+      if (!Loader::at(tid, pass, &r, &c)) break;
+      const uint4 x = *reinterpret_cast<const uint4*>(tile + swizzle<Cfg::kPitch>(r, c));
+      bad |= mask(x.x) | mask(x.y) | mask(x.z) | mask(x.w);
+    }
+    return bad != 0;
+  }
+};
+
+template <class T, class Cfg>
+__device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
+                                const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV,
+                                const LaneAddr<Cfg>& a) {
+  using NF = NonFiniteV<T>;
+  constexpr int kRowBytes = Cfg::kPitch * 2;
+  constexpr uint32_t kOnes = NF::kOne | (NF::kOne << 16);
+#pragma unroll  // p lives in registers: its indices must be compile-time
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    uint32_t pf[Cfg::kMSlices][4], pw[Cfg::kMSlices][4];
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const float p0 = p[ms][2 * kk + x / 2][2 * (x % 2)], p1 = p[ms][2 * kk + x / 2][2 * (x % 2) + 1];
+        pf[ms][x] = pack2<T>(p0, p1);
+        pw[ms][x] = pack2<T>(p0 != 0.f ? 1.f : 0.f, p1 != 0.f ? 1.f : 0.f);
+      }
+#pragma unroll
+    for (int dp = 0; dp < Cfg::kDTiles / 2; ++dp) {
+      uint32_t vf[4], vs[4], vb[4];
+      ldmatrix_x4_trans(vf, sV + a.v_row + kk * 16 * kRowBytes + LaneAddr<Cfg>::chunk(2 * dp, a.v_phase));
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const uint32_t bad = NF::mask(vf[x]);
+        vs[x] = vf[x] & ~bad;  // non-finite -> 0
+        vb[x] = bad & kOnes;   // non-finite -> 1, else 0
+      }
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+        float z[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        MmaType<T>::mma(o[ms][2 * dp], pf[ms], vs[0], vs[1]);
+        MmaType<T>::mma(o[ms][2 * dp + 1], pf[ms], vs[2], vs[3]);
+        MmaType<T>::mma(z[0], pw[ms], vb[0], vb[1]);
+        MmaType<T>::mma(z[1], pw[ms], vb[2], vb[3]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (z[h][e] != 0.f) o[ms][2 * dp + h][e] = __int_as_float(0x7fc00000);  // NaN
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Epilogue: O = o / l (0 for a row that saw no key), lse = m c ln2 + ln l
 // (-inf for such a row). Unsplit: O goes through shared memory (the Q tile)
 // so global stores are 16-byte and coalesced. Split: this split's running
@@ -385,12 +473,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 
     if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
     const int n0 = t * Cfg::kBlockN;
-    if (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, row0, n0, lane);
+    const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
+    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, row0, n0, lane);
     sm.update(s, o, p.score_log2);
 
-    cp_async_wait<2>();  // V[t] landed
-    __syncthreads();
-    WarpPV<T, Cfg>::run(o, s, sV + stage, addr);
+    cp_async_wait<2>();  // V[t] landed (this thread's part)
+    // The barrier doubles as the vote of NonFiniteV: only edge tiles look.
+    const bool guard = __syncthreads_or(kGuardNonFiniteV && edge &&
+                                        NonFiniteV<T>::template in_own_chunks<Cfg, Cfg::kBlockN>(
+                                            smem + (sV + stage - sQ), tid)) != 0;
+    if (kGuardNonFiniteV && guard)
+      warp_pv_guarded<T, Cfg>(o, s, sV + stage, addr);
+    else
+      WarpPV<T, Cfg>::run(o, s, sV + stage, addr);
   }
   cp_async_wait<0>();
   sm.finish();

@@ -1,0 +1,700 @@
+// libFuzzer target over the whole C API (issue 7). The input bytes choose a
+// call sequence and every field of fmha_forward_params: shapes from tiny to
+// past FMHA_MAX_DIM, strides from the usual layouts (BHND, BNHD, packed QKV,
+// strided head dim, broadcast) to arbitrary values, pointers into an arena
+// (aligned or not, overlapping or not) or wild, dtypes and other enums as
+// any int, masks, windows, scale and softcap as raw bits, forced kernels and
+// splits. For each input it checks:
+//
+//   - every status is a defined fmha_status; the thread's message is empty
+//     after a success and non-empty after a failure;
+//   - fmha_forward_workspace_size, fmha_forward_explain (into a buffer of
+//     1..24 bytes with guard bytes after it) and fmha_forward agree on
+//     validation, explain stays NUL-terminated inside its buffer;
+//   - a failed call writes nothing: the whole arena is unchanged;
+//   - a forward that succeeds writes nothing outside the bytes of o and lse
+//     (nor past the workspace);
+//   - validation's overlap verdicts match a brute-force byte comparison;
+//   - small accepted problems match a float64 reference computed from the
+//     header's definitions (masks, scale, softcap), with the NaN rules of
+//     fmha.h: keys a row does not see never matter, a NaN or inf in a row's
+//     logits gives O and lse NaN, a row that sees no key gives O = 0 and
+//     lse = -inf.
+//
+// A broken invariant prints what and aborts (libFuzzer reports a crash).
+// Built two ways (tests/fuzz/CMakeLists.txt): with clang's -fsanitize=fuzzer
+// as the fuzzer, and with any compiler plus replay_main.cpp as a ctest test
+// that replays the committed corpus.
+#include <fmha/fmha.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "api/c_callers.h"
+
+#ifndef FMHA_FUZZ_CUDA
+#define FMHA_FUZZ_CUDA 0
+#endif
+#if FMHA_FUZZ_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+// ---- input bytes -------------------------------------------------------------
+
+class Bytes {
+ public:
+  Bytes(const uint8_t* data, size_t size) : p_(data), n_(size) {}
+  uint8_t u8() { return n_ ? (--n_, *p_++) : 0; }
+  uint32_t u32() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v = v << 8 | u8();
+    return v;
+  }
+  uint64_t u64() { return static_cast<uint64_t>(u32()) << 32 | u32(); }
+  // A value in [0, n).
+  uint32_t below(uint32_t n) { return n ? u8() % n : 0; }
+  float f32() {
+    const uint32_t b = u32();
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    return f;
+  }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+};
+
+// Wrapping int64 arithmetic for the layouts built from fuzzed (possibly
+// huge) dims: the values only have to be something validation can judge.
+int64_t wmul(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b)); }
+int64_t wadd(int64_t a, int64_t b) { return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b)); }
+int64_t wmul3(int64_t a, int64_t b, int64_t c) { return wmul(wmul(a, b), c); }
+
+[[noreturn]] void violated(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::fprintf(stderr, "fuzz_api: invariant broken: ");
+  std::vfprintf(stderr, fmt, args);
+  std::fprintf(stderr, "\n");
+  va_end(args);
+  std::abort();
+}
+
+// The status and message rules every entry point follows.
+fmha_status checked(fmha_status s, const char* call) {
+  int32_t v;
+  std::memcpy(&v, &s, sizeof v);
+  if (v < 0 || v >= FMHA_STATUS_COUNT_) violated("%s returned status %d", call, v);
+  const char* msg = fmha_last_error_message();
+  if (msg == nullptr) violated("%s: fmha_last_error_message() is NULL", call);
+  if (s == FMHA_SUCCESS && msg[0] != '\0') violated("%s succeeded but left message \"%s\"", call, msg);
+  if (s != FMHA_SUCCESS && msg[0] == '\0') violated("%s failed (%d) without a message", call, v);
+  return s;
+}
+
+// ---- element values ------------------------------------------------------------
+
+int elem_size(int32_t dtype) { return dtype == FMHA_DTYPE_F32 ? 4 : dtype == FMHA_DTYPE_F16 || dtype == FMHA_DTYPE_BF16 ? 2 : 0; }
+
+double half_value(uint16_t h) {
+  const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  const double sign = (h & 0x8000) ? -1.0 : 1.0;
+  if (e == 0x1f) return m ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
+  return sign * (e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25));
+}
+
+double read_elem(const unsigned char* at, int32_t dtype) {
+  if (dtype == FMHA_DTYPE_F32) {
+    float f;
+    std::memcpy(&f, at, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, at, 2);
+  if (dtype == FMHA_DTYPE_F16) return half_value(h);
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// An element of value x (exactly representable: a multiple of 1/64 in
+// [-2, 2]) or one of the non-finite values.
+void write_elem(unsigned char* at, int32_t dtype, double x) {
+  if (dtype == FMHA_DTYPE_F32) {
+    const float f = static_cast<float>(x);
+    std::memcpy(at, &f, 4);
+    return;
+  }
+  const float f = static_cast<float>(x);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint16_t h;
+  if (dtype == FMHA_DTYPE_BF16) {
+    h = static_cast<uint16_t>(u >> 16);  // exact for the values used here
+  } else if (std::isnan(x)) {
+    h = 0x7e00;
+  } else if (std::isinf(x)) {
+    h = x > 0 ? 0x7c00 : 0xfc00;
+  } else {
+    // |x| in {0} U [2^-6, 2]: normal in binary16, 10 mantissa bits suffice.
+    const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+    const uint32_t a = u & 0x7fffffffu;
+    h = a == 0 ? sign : static_cast<uint16_t>(sign | (((a >> 23) - 112) << 10) | ((a >> 13) & 0x3ff));
+  }
+  std::memcpy(at, &h, 2);
+}
+
+// ---- the arena -----------------------------------------------------------------
+
+constexpr size_t kArena = 1 << 16;  // tensors of accepted small problems live here
+constexpr size_t kGuard = 64;
+
+// FMHA_FUZZ_CUDA (fuzz_replay_cuda, tools/device/sanitize.sh): the same
+// inputs on a CUDA handle, with the arena and the workspace in managed
+// memory so the host-side checks read them directly after a synchronize.
+#if FMHA_FUZZ_CUDA
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) violated("%s: %s", what, cudaGetErrorString(e));
+}
+unsigned char* device_bytes(size_t n) {
+  void* p = nullptr;
+  cuda_check(cudaMallocManaged(&p, n), "cudaMallocManaged");
+  return static_cast<unsigned char*>(p);
+}
+#endif
+
+struct Arena {
+#if FMHA_FUZZ_CUDA
+  unsigned char* bytes = device_bytes(kArena);
+#else
+  alignas(64) unsigned char bytes[kArena];
+#endif
+  bool contains(uintptr_t first, uint64_t len) const {
+    const uintptr_t base = reinterpret_cast<uintptr_t>(bytes);
+    return len > 0 && first >= base && first - base <= kArena && len <= kArena - (first - base);
+  }
+};
+
+Arena& arena() {
+  static Arena a;
+  return a;
+}
+
+// The element offsets of a tensor, or false when there are more than `cap`
+// elements or the offsets overflow.
+bool tensor_offsets(const fmha_tensor& t, size_t cap, std::vector<int64_t>* out) {
+  out->clear();
+  uint64_t count = 1;
+  for (int d = 0; d < 4; ++d) {
+    if (t.dims[d] <= 0 || t.strides[d] < 0) return false;
+    if (__builtin_mul_overflow(count, static_cast<uint64_t>(t.dims[d]), &count) || count > cap) return false;
+  }
+  for (int64_t b = 0; b < t.dims[0]; ++b)
+    for (int64_t h = 0; h < t.dims[1]; ++h)
+      for (int64_t i = 0; i < t.dims[2]; ++i)
+        for (int64_t e = 0; e < t.dims[3]; ++e) {
+          int64_t off = 0, term;
+          const int64_t idx[4] = {b, h, i, e};
+          for (int d = 0; d < 4; ++d)
+            if (__builtin_mul_overflow(idx[d], t.strides[d], &term) || __builtin_add_overflow(off, term, &off))
+              return false;
+          out->push_back(off);
+        }
+  return true;
+}
+
+// ---- building the params ---------------------------------------------------------
+
+int64_t pick_dim(Bytes& in, int64_t small_max) {
+  switch (in.below(16)) {
+    case 0: return static_cast<int64_t>(in.u64());  // anything, negative included
+    case 1: return FMHA_MAX_DIM + in.below(3) - 1;
+    case 2: return INT64_MAX - in.below(2);
+    case 3: return 0;
+    default: return 1 + static_cast<int64_t>(in.below(static_cast<uint32_t>(small_max)));
+  }
+}
+
+int64_t pick_head_dim(Bytes& in) {
+  static const int64_t kDims[] = {1, 2, 3, 4, 8, 16, 17, 32, 64, 96, 128, 256, 512, 513};
+  return in.below(8) == 0 ? pick_dim(in, 40) : kDims[in.below(sizeof kDims / sizeof kDims[0])];
+}
+
+float pick_float(Bytes& in, const float* usual, int n_usual) {
+  const uint32_t c = in.below(static_cast<uint32_t>(n_usual) + 2);
+  if (c < static_cast<uint32_t>(n_usual)) return usual[c];
+  return c == static_cast<uint32_t>(n_usual) ? in.f32() : std::ldexp(1.f, static_cast<int>(in.below(80)) - 40);
+}
+
+struct Shape {
+  int64_t B, Hq, Hk, Nq, Nk, D;
+};
+
+// Layouts for one tensor of dims [B, H, N, D] (element strides); `packed_w`
+// and `packed_off` place it in a packed [B, N, W, D] buffer.
+void pick_strides(Bytes& in, const int64_t dims[4], int64_t packed_w, int64_t packed_off, int64_t strides[4],
+                  int64_t* offset) {
+  const int64_t B = dims[0], H = dims[1], N = dims[2], D = dims[3];
+  *offset = 0;
+  switch (in.below(10)) {
+    case 0: case 1: case 2:  // BHND
+      strides[0] = wmul3(H, N, D); strides[1] = wmul(N, D); strides[2] = D; strides[3] = 1;
+      break;
+    case 3:  // BNHD
+      strides[0] = wmul3(N, H, D); strides[1] = D; strides[2] = wmul(H, D); strides[3] = 1;
+      break;
+    case 4:  // a slice of a packed buffer
+      strides[0] = wmul3(N, packed_w, D); strides[1] = D; strides[2] = wmul(packed_w, D); strides[3] = 1;
+      *offset = wmul(packed_off, D);
+      break;
+    case 5:  // head-dim stride 2, padded rows
+      strides[3] = 2; strides[2] = wadd(wmul(2, D), 3); strides[1] = wmul(N, strides[2]); strides[0] = wmul(H, strides[1]);
+      break;
+    case 6:  // broadcast: batch and head stride 0
+      strides[0] = 0; strides[1] = 0; strides[2] = D; strides[3] = 1;
+      break;
+    case 7:  // small arbitrary strides (may self-overlap)
+      for (int d = 0; d < 4; ++d) strides[d] = static_cast<int64_t>(in.below(40)) - (in.below(16) == 0 ? 3 : 0);
+      break;
+    case 8:  // huge strides
+      for (int d = 0; d < 4; ++d) strides[d] = in.below(4) == 0 ? static_cast<int64_t>(in.u64() >> in.below(64)) : 1;
+      break;
+    default:  // BHND with a gap between batches
+      strides[3] = 1; strides[2] = D; strides[1] = wmul(N, D); strides[0] = wadd(wmul3(H, N, D), in.below(7));
+      break;
+  }
+  (void)B;
+}
+
+// A pointer: into the arena (at a fuzzed, possibly misaligned offset), NULL,
+// or wild.
+void* pick_pointer(Bytes& in, size_t default_offset) {
+  unsigned char* base = arena().bytes;
+  switch (in.below(24)) {
+    case 0: return nullptr;
+    case 1: return reinterpret_cast<void*>(UINTPTR_MAX - in.below(64));
+    case 2: return reinterpret_cast<void*>(static_cast<uintptr_t>(in.u64()) & ~uintptr_t{3});
+    case 3: return base + in.below(256) * 4;  // likely overlapping another tensor
+    case 4: return base + default_offset + 1 + in.below(3);  // misaligned
+    default: return base + default_offset;
+  }
+}
+
+// ---- what the inputs reached (fuzz_replay prints it) -----------------------------
+
+struct Stats {
+  long inputs = 0, accepted = 0, forwards = 0, rows_checked = 0, rows_nan = 0, rows_empty = 0;
+} g_stats;
+
+// ---- the float64 reference -----------------------------------------------------
+
+bool visible(int64_t i, int64_t j, int64_t nq, int64_t nk, uint32_t flags, int32_t wl, int32_t wr) {
+  // fmha.h, "masks": diagonal d(i) = i + Nk - Nq, or i with the top-left flag.
+  const int64_t d = (flags & FMHA_MASK_CAUSAL_TOP_LEFT) ? i : i + nk - nq;
+  if (flags != 0 && j > d) return false;
+  if (wl >= 0 && j < d - wl) return false;
+  if (wr >= 0 && j > d + wr) return false;
+  return true;
+}
+
+struct Views {
+  const fmha_tensor* t[4];  // q, k, v, o
+};
+
+double at(const unsigned char* snapshot, const fmha_tensor& t, int32_t dtype, int64_t b, int64_t h, int64_t i,
+          int64_t e) {
+  const unsigned char* base = snapshot + (static_cast<const unsigned char*>(t.data) - arena().bytes);
+  const int64_t off = b * t.strides[0] + h * t.strides[1] + i * t.strides[2] + e * t.strides[3];
+  return read_elem(base + off * elem_size(dtype), dtype);
+}
+
+// Compares o and lse of an accepted forward with the float64 reference,
+// computed from `snapshot` (the arena before the call).
+void check_numerics(const fmha_forward_params& p, int32_t dtype, const unsigned char* snapshot) {
+  const int64_t B = p.q.dims[0], Hq = p.q.dims[1], Hk = p.k.dims[1], Nq = p.q.dims[2], Nk = p.k.dims[2],
+                D = p.q.dims[3];
+  const double scale = p.scale != 0.f ? static_cast<double>(p.scale)
+                                      : static_cast<double>(static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))));
+  const double out_eps = dtype == FMHA_DTYPE_F32 ? 1e-6 : dtype == FMHA_DTYPE_F16 ? 1e-3 : 8e-3;
+  // The CUDA tensor-core kernel rounds the probabilities to the input dtype
+  // for P V: an error of that order times max |v| (the CPU keeps them FP32).
+  const double p_eps = FMHA_FUZZ_CUDA ? out_eps : 0.0;
+  // A scale this large makes scale * q overflow FP32 inside the kernel
+  // (inf, or NaN against a zero k) where float64 stays finite: only the
+  // memory invariants apply then.
+  if (scale > 1e29) return;
+  std::vector<double> s(static_cast<size_t>(Nk));
+  std::vector<char> vis(static_cast<size_t>(Nk));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t hk = h / (Hq / Hk);
+      for (int64_t i = 0; i < Nq; ++i) {
+        const double lse_got = p.lse ? p.lse[(b * Hq + h) * Nq + i] : 0.0;
+        auto o_got = [&](int64_t e) { return read_elem(static_cast<const unsigned char*>(p.o.data) +
+                                                           (b * p.o.strides[0] + h * p.o.strides[1] +
+                                                            i * p.o.strides[2] + e * p.o.strides[3]) * elem_size(dtype),
+                                                       dtype); };
+        // Keys with weight: visible, and a logit above -inf (e^-inf = 0).
+        int64_t n_vis = 0;
+        bool logits_nan = false;
+        double abs_dot_max = 0.0;
+        for (int64_t j = 0; j < Nk; ++j) {
+          vis[j] = visible(i, j, Nq, Nk, p.mask_flags, p.window_left, p.window_right);
+          if (!vis[j]) continue;
+          double dot = 0.0, abs_dot = 0.0;
+          for (int64_t e = 0; e < D; ++e) {
+            const double qv = at(snapshot, p.q, dtype, b, h, i, e), kv = at(snapshot, p.k, dtype, b, hk, j, e);
+            dot += qv * kv;
+            abs_dot += std::fabs(qv * kv);
+          }
+          if (std::isfinite(abs_dot)) abs_dot_max = std::max(abs_dot_max, abs_dot * scale);
+          double x = dot * scale;
+          if (p.softcap != 0.f) x = p.softcap * std::tanh(x / p.softcap);  // +-inf -> +-softcap
+          s[j] = x;
+          if (std::isnan(x) || x == INFINITY) logits_nan = true;  // fmha.h: the row is NaN
+          if (x == -INFINITY) vis[j] = 2;                         // seen, weight 0
+          n_vis += vis[j] == 1;
+        }
+        if (logits_nan) {  // NaN or +inf reached the logits: O and lse NaN
+          ++g_stats.rows_nan;
+          if (p.lse && !std::isnan(lse_got)) violated("row (%lld,%lld,%lld) has a non-finite logit but lse = %g", (long long)b, (long long)h, (long long)i, lse_got);
+          for (int64_t e = 0; e < D; ++e)
+            if (!std::isnan(o_got(e))) violated("row (%lld,%lld,%lld) has a non-finite logit but O[%lld] = %g", (long long)b, (long long)h, (long long)i, (long long)e, o_got(e));
+          continue;
+        }
+        if (n_vis == 0 && !logits_nan) {  // no key with weight: O = 0 exactly, lse = -inf
+          ++g_stats.rows_empty;
+          for (int64_t e = 0; e < D; ++e)
+            if (o_got(e) != 0.0) violated("row (%lld,%lld,%lld) sees no key but O[%lld] = %g", (long long)b, (long long)h, (long long)i, (long long)e, o_got(e));
+          if (p.lse && !(std::isinf(lse_got) && lse_got < 0)) violated("row sees no key but lse = %g", lse_got);
+          continue;
+        }
+        // F32 logits overflow (or lose every digit) past this; the row is then
+        // only checked for not crashing.
+        if (abs_dot_max > 1e30) continue;
+        double m = -INFINITY;
+        for (int64_t j = 0; j < Nk; ++j)
+          if (vis[j] == 1) m = std::max(m, s[j]);
+        double l = 0.0;
+        for (int64_t j = 0; j < Nk; ++j)
+          if (vis[j] == 1) l += std::exp(s[j] - m);
+        const double lse_ref = m + std::log(l);
+        ++g_stats.rows_checked;
+        // Error budget: the logits are rounded to FP32 relative to the sum of
+        // |q_d k_d| (times scale), which moves probabilities by that much.
+        // (Worst case: D roundings of 2^-24 each; the softcap's tanh adds
+        // ~3e-7 of softcap.)
+        const double logit_err = 1.2e-7 * static_cast<double>(D) * (abs_dot_max + 1.0) +
+                                 (p.softcap != 0.f ? 4e-7 * p.softcap : 0.0);
+        if (p.lse && !(std::fabs(lse_got - lse_ref) <= 1e-5 * std::fabs(lse_ref) + 4 * logit_err + 1e-5))
+          violated("row (%lld,%lld,%lld): lse %.9g, reference %.9g", (long long)b, (long long)h, (long long)i, lse_got, lse_ref);
+        for (int64_t e = 0; e < D; ++e) {
+          double ref = 0.0, vmax = 0.0;
+          bool v_nonfinite = false;
+          for (int64_t j = 0; j < Nk; ++j) {
+            if (!vis[j]) continue;
+            const double vv = at(snapshot, p.v, dtype, b, hk, j, e);
+            if (!std::isfinite(vv)) v_nonfinite = true;  // at any key the row sees
+            if (vis[j] != 1) continue;
+            vmax = std::max(vmax, std::fabs(vv));
+            ref += std::exp(s[j] - m) / l * vv;
+          }
+          if (v_nonfinite) continue;  // NaN or inf, or finite at weight 0: fmha.h
+          const double got = o_got(e);
+          const double tol = out_eps * std::fabs(ref) + (8 * logit_err + 4e-6 + p_eps) * vmax;
+          if (!(std::fabs(got - ref) <= tol))
+            violated("row (%lld,%lld,%lld) O[%lld] = %.9g, reference %.9g (tol %.3g, dtype %d)", (long long)b, (long long)h, (long long)i, (long long)e, got, ref, tol, dtype);
+        }
+      }
+    }
+}
+
+// ---- one input -----------------------------------------------------------------
+
+#if FMHA_FUZZ_CUDA
+// The CUDA handle every input runs on (the thread count byte is ignored);
+// exits 77, "skipped", without a usable GPU.
+fmha_handle cpu_handle(int) {
+  static fmha_handle h = nullptr;
+  if (h == nullptr && fmha_create(&h, FMHA_DEVICE_CUDA, 0) != FMHA_SUCCESS) {
+    std::printf("fuzz_replay_cuda: skipped: %s\n", fmha_last_error_message());
+    std::exit(77);
+  }
+  return h;
+}
+#else
+fmha_handle cpu_handle(int threads) {
+  static fmha_handle handles[4] = {};
+  fmha_handle& h = handles[threads - 1];
+  if (h == nullptr) {
+    if (checked(fmha_create(&h, FMHA_DEVICE_CPU, 0), "fmha_create") != FMHA_SUCCESS) violated("no CPU handle");
+    checked(fmha_set_num_threads(h, threads), "fmha_set_num_threads");
+  }
+  return h;
+}
+#endif
+
+void side_calls(Bytes& in) {
+  // Enum arguments of any int, through C (c_callers.c), and the other
+  // entry points with odd arguments.
+  const int value = static_cast<int>(in.u32());
+  const char* text = c_status_string(value);
+  if (text == nullptr || text[0] == '\0') violated("fmha_status_string(%d) is empty", value);
+  fmha_handle h = reinterpret_cast<fmha_handle>(0x10);
+  const int kind = in.below(4) == 0 ? static_cast<int>(in.u32()) : static_cast<int>(in.below(3));
+  const int ordinal = in.below(4) == 0 ? static_cast<int>(in.u32()) : 0;
+  const fmha_status s = checked(c_create_with_kind(&h, kind, ordinal), "fmha_create");
+  if (s != FMHA_SUCCESS && h != nullptr) violated("fmha_create failed but set a handle");
+  if (s == FMHA_SUCCESS) {
+    checked(fmha_set_num_threads(h, static_cast<int>(in.u32() % 5) - 1), "fmha_set_num_threads");
+    checked(fmha_set_stream(h, in.below(2) ? nullptr : reinterpret_cast<void*>(0x20)), "fmha_set_stream");
+    fmha_destroy(h);
+  }
+  const int idx = static_cast<int>(in.u32());
+  const char* name = fmha_kernel_name(idx);
+  if ((idx >= 0 && idx < fmha_kernel_count()) != (name != nullptr)) violated("fmha_kernel_name(%d)", idx);
+}
+
+void run_one(Bytes& in) {
+  if (in.below(8) == 0) side_calls(in);
+  fmha_handle h = cpu_handle(1 + static_cast<int>(in.below(3)));
+
+  // Shape and dtype.
+  Shape sh;
+  sh.B = in.below(6) == 0 ? pick_dim(in, 4) : 1 + in.below(2);
+  sh.Hk = in.below(6) == 0 ? pick_dim(in, 4) : 1 + in.below(2);
+  sh.Hq = in.below(6) == 0 ? pick_dim(in, 8) : wmul(sh.Hk, 1 + in.below(3));
+  sh.Nq = in.below(6) == 0 ? pick_dim(in, 70) : 1 + in.below(70);
+  sh.Nk = in.below(6) == 0 ? pick_dim(in, 70) : 1 + in.below(70);
+  sh.D = pick_head_dim(in);
+  static const int32_t kDtypes[] = {FMHA_DTYPE_F32, FMHA_DTYPE_F16, FMHA_DTYPE_BF16};
+  const int32_t dtype = in.below(16) == 0 ? static_cast<int32_t>(in.u32()) : kDtypes[in.below(3)];
+  const int esz = elem_size(dtype) ? elem_size(dtype) : 2;
+
+  fmha_forward_params p;
+  fmha_forward_params_init(&p);
+  const int64_t qdims[4] = {sh.B, sh.Hq, sh.Nq, sh.D}, kvdims[4] = {sh.B, sh.Hk, sh.Nk, sh.D};
+  const int64_t W = wadd(sh.Hq, wmul(2, sh.Hk)) > 0 ? wadd(sh.Hq, wmul(2, sh.Hk)) : 1;  // packed q|k|v heads
+  fmha_tensor* ts[4] = {&p.q, &p.k, &p.v, &p.o};
+  const int64_t* dims_of[4] = {qdims, kvdims, kvdims, qdims};
+  const int64_t packed_head[4] = {0, sh.Hq, wadd(sh.Hq, sh.Hk), 0};
+  // Default placement: q, k, v and o one after another, or q, k, v packed.
+  size_t cursor = 0;
+  for (int t = 0; t < 4; ++t) {
+    std::memcpy(ts[t]->dims, dims_of[t], sizeof ts[t]->dims);
+    int64_t offset = 0;
+    pick_strides(in, dims_of[t], W, packed_head[t], ts[t]->strides, &offset);
+    if (in.below(12) == 0)  // one dim of another size
+      ts[t]->dims[in.below(4)] = pick_dim(in, 8);
+    // Extent in elements (saturating), to place the next tensor after it.
+    uint64_t extent = 1;
+    for (int d = 0; d < 4; ++d) {
+      const int64_t n = ts[t]->dims[d], s = ts[t]->strides[d];
+      uint64_t term;
+      if (n > 0 && s > 0 &&
+          (__builtin_mul_overflow(static_cast<uint64_t>(n - 1), static_cast<uint64_t>(s), &term) ||
+           __builtin_add_overflow(extent, term, &extent)))
+        extent = UINT64_MAX / 8;
+    }
+    const bool packed = offset != 0 || (t == 0 && ts[t]->strides[2] == wmul(W, sh.D) && ts[t]->strides[1] == sh.D);
+    const size_t at = packed ? static_cast<size_t>(offset) * static_cast<size_t>(esz) : cursor;
+    ts[t]->data = pick_pointer(in, at % kArena);
+    if (!packed || t == 3) cursor = std::min<uint64_t>(kArena, cursor + (extent + 3) / 4 * 4 * esz);
+    if (t == 0 && packed)
+      cursor = std::min<uint64_t>(kArena, static_cast<uint64_t>(wmul(wmul3(sh.B, sh.Nq, W), wmul(sh.D, esz))));
+    c_set_dtype(ts[t], in.below(24) == 0 ? static_cast<int>(in.u32()) : dtype);
+  }
+  // lse after everything else, or elsewhere.
+  const uint32_t lse_choice = in.below(6);
+  if (lse_choice < 2) {
+    p.lse = nullptr;
+  } else {
+    p.lse = static_cast<float*>(pick_pointer(in, (cursor + 3) / 4 * 4 % kArena));
+  }
+
+  // Everything else.
+  p.mask_flags = in.below(8) == 0 ? in.u32() : in.below(4);
+  auto window = [&]() -> int32_t {
+    const uint32_t c = in.below(10);
+    return c < 3 ? -1 : c < 8 ? static_cast<int32_t>(in.below(20)) : static_cast<int32_t>(in.u32());
+  };
+  p.window_left = window();
+  p.window_right = window();
+  static const float kScales[] = {0.f, 0.f, 0.f, 1.f, 0.5f, 0.125f, 3.f};
+  static const float kCaps[] = {0.f, 0.f, 0.f, 0.f, 1.f, 5.f, 30.f, FLT_MIN, 1e-39f, 1e-3f};
+  p.scale = pick_float(in, kScales, sizeof kScales / sizeof kScales[0]);
+  p.softcap = pick_float(in, kCaps, sizeof kCaps / sizeof kCaps[0]);
+  static const char* const kKernels[] = {nullptr, nullptr, nullptr, "cpu_tiled", "cuda_generic", "cuda_sm80_tc", "", "x"};
+  p.kernel = kKernels[in.below(8)];
+  p.num_splits = in.below(6) == 0 ? static_cast<int32_t>(in.u32()) : static_cast<int32_t>(in.below(3));
+  if (in.below(32) == 0) p.reserved_ = static_cast<int32_t>(in.u32());
+  if (in.below(32) == 0) p.struct_size = in.u32();
+  const bool null_params = in.below(64) == 0;
+
+  // Data: values k/64 in [-2, 2], a few non-finite ones when asked for.
+  Arena& a = arena();
+  uint32_t seed = in.u32() | 1u;
+  const int32_t fill_dtype = elem_size(dtype) ? dtype : FMHA_DTYPE_F16;
+  for (size_t off = 0; off + esz <= kArena; off += esz) {
+    seed = seed * 1664525u + 1013904223u;
+    write_elem(a.bytes + off, fill_dtype, static_cast<double>(static_cast<int>(seed >> 24) - 128) / 64.0);
+  }
+  const int nonfinite = in.below(4) == 0 ? 1 + static_cast<int>(in.below(6)) : 0;
+  for (int n = 0; n < nonfinite; ++n) {
+    // Near the start of q, k or v, where small problems read.
+    const uintptr_t base = reinterpret_cast<uintptr_t>(ts[in.below(3)]->data);
+    const uintptr_t arena_base = reinterpret_cast<uintptr_t>(a.bytes);
+    const size_t start = base >= arena_base && base - arena_base < kArena ? base - arena_base : 0;
+    const size_t off = (start + in.below(256) * static_cast<size_t>(esz) * (1 + in.below(4))) % kArena / esz * esz;
+    static const double kBad[] = {NAN, INFINITY, -INFINITY};
+    write_elem(a.bytes + off, fill_dtype, kBad[in.below(3)]);
+  }
+  const std::vector<unsigned char> snapshot(a.bytes, a.bytes + kArena);
+
+  // 1. The workspace query.
+  size_t ws_bytes = 0;
+  const fmha_status s_ws = checked(fmha_forward_workspace_size(h, null_params ? nullptr : &p,
+                                                               in.below(32) == 0 ? nullptr : &ws_bytes),
+                                   "fmha_forward_workspace_size");
+  const std::string ws_message = fmha_last_error_message();
+
+  // 2. explain into a tiny buffer with guard bytes.
+  const size_t len = 1 + in.below(24);
+  char buf[24 + kGuard];
+  std::memset(buf, 0x5a, sizeof buf);
+  const fmha_status s_ex = checked(fmha_forward_explain(h, null_params ? nullptr : &p, buf, len), "fmha_forward_explain");
+  if (std::memchr(buf, '\0', len) == nullptr) violated("explain left no NUL in its %zu bytes", len);
+  for (size_t i = len; i < sizeof buf; ++i)
+    if (buf[i] != 0x5a) violated("explain wrote past its %zu bytes", len);
+  if (std::memcmp(a.bytes, snapshot.data(), kArena) != 0) violated("a query wrote to the tensors");
+
+  // The overlap verdicts against brute force, for small in-arena views:
+  // byte sets of q, k, v, o (elements enumerated) and lse.
+  std::vector<int64_t> offs[4];
+  const int es = elem_size(dtype);
+  bool in_arena = !null_params && es != 0;
+  for (int t = 0; t < 4 && in_arena; ++t) {
+    int32_t t_dtype;
+    std::memcpy(&t_dtype, &ts[t]->dtype, sizeof t_dtype);
+    if (t_dtype != dtype) in_arena = false;
+  }
+  for (int t = 0; t < 4 && in_arena; ++t) {
+    in_arena = tensor_offsets(*ts[t], 1 << 14, &offs[t]);
+    for (int64_t off : offs[t])
+      if (!in_arena || off > static_cast<int64_t>(kArena) ||
+          !a.contains(reinterpret_cast<uintptr_t>(ts[t]->data) + static_cast<uintptr_t>(off * es), es))
+        in_arena = false;
+  }
+  const int64_t rows = in_arena ? p.q.dims[0] * p.q.dims[1] * p.q.dims[2] : 0;
+  if (in_arena && p.lse != nullptr && !a.contains(reinterpret_cast<uintptr_t>(p.lse), rows * 4)) in_arena = false;
+  if (in_arena) {
+    static const char* const kNames[5] = {"q", "k", "v", "o", "lse"};
+    std::vector<uint32_t> owner(kArena, 0);  // bit t: tensor t (4 = lse) holds the byte
+    bool o_self = false;
+    auto mark = [&](int t, size_t at, size_t n) {
+      for (size_t x = 0; x < n; ++x) {
+        if (t == 3 && (owner[at + x] & 8u)) o_self = true;
+        owner[at + x] |= 1u << t;
+      }
+    };
+    for (int t = 0; t < 4; ++t)
+      for (int64_t off : offs[t]) mark(t, reinterpret_cast<unsigned char*>(ts[t]->data) - a.bytes + off * es, es);
+    if (p.lse) mark(4, reinterpret_cast<unsigned char*>(p.lse) - a.bytes, rows * 4);
+    uint32_t pairs = 0;  // bit (5 * x + y): x and y share a byte
+    for (uint32_t w : owner)
+      for (int x = 0; x < 5; ++x)
+        for (int y = 0; y < 5; ++y)
+          if (x != y && (w >> x & 1u) && (w >> y & 1u)) pairs |= 1u << (5 * x + y);
+    auto meet = [&](int x, int y) { return (pairs >> (5 * x + y) & 1u) != 0; };
+    if (s_ws == FMHA_SUCCESS) {
+      if (o_self) violated("accepted an o that overlaps itself");
+      for (int y : {0, 1, 2})
+        if (meet(3, y)) violated("accepted an o that overlaps %s", kNames[y]);
+      for (int y : {0, 1, 2, 3})
+        if (p.lse && meet(4, y)) violated("accepted an lse that overlaps %s", kNames[y]);
+    }
+    // An exact refusal ("X overlaps Y (", "makes o overlap itself") must be true.
+    for (int x : {3, 4})
+      for (int y : {0, 1, 2, 3}) {
+        const std::string claim = std::string(kNames[x]) + " overlaps " + kNames[y] + " (";
+        if (ws_message.rfind(claim, 0) == 0 && !meet(x, y))
+          violated("refused as \"%s\" but they are disjoint: %s", claim.c_str(), ws_message.c_str());
+      }
+    if (ws_message.find("makes o overlap itself") != std::string::npos && !o_self)
+      violated("refused o as self-overlapping, but it is not: %s", ws_message.c_str());
+  }
+
+  // 3. The forward, when the query succeeded.
+  if (s_ws != FMHA_SUCCESS || null_params) return;
+  ++g_stats.accepted;
+  const bool small = in_arena && static_cast<double>(rows) * p.k.dims[2] * p.q.dims[3] <= 2e5;
+  const uint32_t ws_choice = in.below(8);
+  const size_t give = ws_choice == 0 && ws_bytes > 0 ? ws_bytes - 1 : ws_bytes;
+  if (!small) return;  // accepted but too large (or outside the arena) to run here
+#if FMHA_FUZZ_CUDA
+  struct Managed {
+    unsigned char* p;
+    ~Managed() { cudaFree(p); }
+  } ws_mem{device_bytes(give + 2 * kGuard + 64)};
+  std::memset(ws_mem.p, 0xa5, give + 2 * kGuard + 64);
+  unsigned char* ws_base = ws_mem.p;
+#else
+  std::vector<unsigned char> ws(give + 2 * kGuard + 64, 0xa5);
+  unsigned char* ws_base = ws.data();
+#endif
+  unsigned char* wsp = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(ws_base) + kGuard + 63) & ~uintptr_t{63});
+  const fmha_status s_fw = checked(fmha_forward(h, &p, give ? wsp : nullptr, give), "fmha_forward");
+#if FMHA_FUZZ_CUDA
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after fmha_forward");
+#endif
+  ++g_stats.forwards;
+  if (ws_choice == 0 && ws_bytes > 0) {
+    if (s_fw != FMHA_ERROR_WORKSPACE_TOO_SMALL) violated("a workspace one byte short gave status %d", s_fw);
+  } else if (s_fw != FMHA_SUCCESS) {
+    violated("the workspace query accepted the problem but the forward failed: %s", fmha_last_error_message());
+  }
+  for (size_t i = 0; i < kGuard; ++i)
+    if (wsp[-1 - static_cast<ptrdiff_t>(i)] != 0xa5 || wsp[give + i] != 0xa5) violated("the forward wrote outside its workspace");
+  if (s_fw != FMHA_SUCCESS) {
+    if (std::memcmp(a.bytes, snapshot.data(), kArena) != 0) violated("a failed forward wrote to the tensors");
+    return;
+  }
+  // Nothing outside o and lse changed.
+  std::vector<unsigned char> writable(kArena, 0);
+  for (int64_t off : offs[3])
+    std::memset(&writable[reinterpret_cast<unsigned char*>(p.o.data) - a.bytes + off * es], 1, es);
+  if (p.lse) std::memset(&writable[reinterpret_cast<unsigned char*>(p.lse) - a.bytes], 1, rows * 4);
+  for (size_t i = 0; i < kArena; ++i)
+    if (!writable[i] && a.bytes[i] != snapshot[i]) violated("the forward wrote arena byte %zu outside o and lse", i);
+  check_numerics(p, dtype, snapshot.data());
+}
+
+}  // namespace
+
+extern "C" void fmha_fuzz_stats(char* buf, size_t len) {
+  std::snprintf(buf, len,
+                "%ld inputs: %ld accepted by validation, %ld forwards run; rows checked against float64: %ld, "
+                "NaN rows: %ld, rows without keys: %ld",
+                g_stats.inputs, g_stats.accepted, g_stats.forwards, g_stats.rows_checked, g_stats.rows_nan,
+                g_stats.rows_empty);
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  ++g_stats.inputs;
+  Bytes in(data, size);
+  run_one(in);
+  return 0;
+}
