@@ -352,13 +352,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int t = t_begin + 1; t < t_end; ++t) {
         turn_wait();
         issue_qk(st.stage, st.phase);
-        const bool guard = needs_guard(tw, t - 1, prev);
-        if (!guard) issue_pv(prev.stage, prev.phase);
-        turn_pass();
-        if (guard) {
+        // (Each branch issues, waits and touches o in its own order: ptxas
+        // serializes every wgmma of the kernel if any path could read o
+        // while a P V is in flight.)
+        if (needs_guard(tw, t - 1, prev)) {
+          turn_pass();
           wgmma_wait<0>();
           pv_guarded(prev.stage);
         } else {
+          issue_pv(prev.stage, prev.phase);
+          turn_pass();
           wgmma_wait<1>();
         }
         if (leader) mbar_arrive(sm.k_empty(st.stage));
@@ -373,11 +376,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         st.advance();
       }
       turn_wait();
-      const bool guard = needs_guard(tw, t_end - 1, prev);
-      if (!guard) issue_pv(prev.stage, prev.phase);
-      if (cw == 0) turn_pass();
-      if (guard) pv_guarded(prev.stage);
-      wgmma_wait<0>();
+      if (needs_guard(tw, t_end - 1, prev)) {
+        if (cw == 0) turn_pass();
+        pv_guarded(prev.stage);
+      } else {
+        issue_pv(prev.stage, prev.phase);
+        if (cw == 0) turn_pass();
+        wgmma_wait<0>();
+      }
       fence_operands(o_flat);
       if (leader) mbar_arrive(sm.v_empty(prev.stage));
     } else if (Cfg::kSeparateO) {
