@@ -253,40 +253,44 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   // O += P V of the stage's V tile on the CUDA cores, a term only where the
   // weight is non-zero. Lane l holds P of rows l / 4 (+ 8) at keys 16 kk +
-  // 8 (i / 2) + 2 (l % 4) + {0, 1} in pf[kk][i]; the quad's lanes hand their
-  // keys around, and each lane adds to its own O columns. No wgmma may be
-  // writing o.
+  // 8 (i / 2) + 2 (l % 4) + {0, 1} in pf[kk][i]; key by key (a rolled loop,
+  // so this rare path stays small beside the hot one), the quad's lane that
+  // holds the key hands its weights around, and each lane adds to its own O
+  // columns. No wgmma may be writing o.
   auto pv_guarded = [&](int stage) {
     const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(stage)));
     const int c = lane % 4;
     const int quad0 = lane & ~3;
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int hh = i & 1;
 #pragma unroll 1
-        for (int src = 0; src < 4; ++src) {
-          const uint32_t pp = __shfl_sync(0xffffffffu, pf[kk][i], quad0 + src);
-          const float2 pv = unpack2<T>(pp);
+    for (int j = 0; j < Cfg::kBlockN; ++j) {
+      const int kk = j / 16, half = (j % 16) / 8;
+      uint32_t r0 = 0, r1 = 0;  // pf[kk][2 half] and pf[kk][2 half + 1]: rows r and r + 8
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float w = e ? pv.y : pv.x;
-            const int j = 16 * kk + 8 * (i >> 1) + 2 * src + e;
+      for (int x = 0; x < Cfg::kBlockN / 16; ++x)
+        if (x == kk) {
+          r0 = half ? pf[x][2] : pf[x][0];
+          r1 = half ? pf[x][3] : pf[x][1];
+        }
+      r0 = __shfl_sync(0xffffffffu, r0, quad0 + (j % 8) / 2);
+      r1 = __shfl_sync(0xffffffffu, r1, quad0 + (j % 8) / 2);
+      const float2 p0 = unpack2<T>(r0), p1 = unpack2<T>(r1);
+      const float w0 = j % 2 ? p0.y : p0.x, w1 = j % 2 ? p1.y : p1.x;
 #pragma unroll
-            for (int dt = 0; dt < kDTiles; ++dt) {
-              const uint32_t addr = v_base + (dt / 8) * Cfg::kBlockN * 128 + j * 128 + (((dt % 8) ^ (j % 8)) << 4) + c * 4;
-              uint32_t raw;
-              asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(raw) : "r"(addr));
-              const float2 vv = unpack2<T>(raw);
-              if (w != 0.f) {
-                o[0][dt][2 * hh] = fmaf(w, vv.x, o[0][dt][2 * hh]);
-                o[0][dt][2 * hh + 1] = fmaf(w, vv.y, o[0][dt][2 * hh + 1]);
-              }
-            }
-          }
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        const uint32_t addr = v_base + (dt / 8) * Cfg::kBlockN * 128 + j * 128 + (((dt % 8) ^ (j % 8)) << 4) + c * 4;
+        uint32_t raw;
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(raw) : "r"(addr));
+        const float2 v = unpack2<T>(raw);
+        if (w0 != 0.f) {
+          o[0][dt][0] = fmaf(w0, v.x, o[0][dt][0]);
+          o[0][dt][1] = fmaf(w0, v.y, o[0][dt][1]);
+        }
+        if (w1 != 0.f) {
+          o[0][dt][2] = fmaf(w1, v.x, o[0][dt][2]);
+          o[0][dt][3] = fmaf(w1, v.y, o[0][dt][3]);
         }
       }
+    }
   };
   // Whether P V of key tile t (in stage `ps`) must take pv_guarded.
   auto needs_guard = [&](const TileWork<Cfg>& tw, int t, const PipeState<Cfg::kStages>& ps) {
@@ -350,12 +354,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Steady state: S of tile t and O += P V of tile t - 1 in flight
       // together; the softmax of t waits only for S, the O rescale for P V.
       for (int t = t_begin + 1; t < t_end; ++t) {
+        // The vote runs before this consumer takes its turn, so it never
+        // holds up the other one's GEMMs. (Each branch below issues, waits
+        // and touches o in its own order: ptxas serializes every wgmma of the
+        // kernel if any path could read o while a P V is in flight.)
+        const bool guard = needs_guard(tw, t - 1, prev);
         turn_wait();
         issue_qk(st.stage, st.phase);
-        // (Each branch issues, waits and touches o in its own order: ptxas
-        // serializes every wgmma of the kernel if any path could read o
-        // while a P V is in flight.)
-        if (needs_guard(tw, t - 1, prev)) {
+        if (guard) {
           turn_pass();
           wgmma_wait<0>();
           pv_guarded(prev.stage);
@@ -375,8 +381,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         prev = st;
         st.advance();
       }
+      const bool guard = needs_guard(tw, t_end - 1, prev);
       turn_wait();
-      if (needs_guard(tw, t_end - 1, prev)) {
+      if (guard) {
         if (cw == 0) turn_pass();
         pv_guarded(prev.stage);
       } else {
