@@ -89,47 +89,15 @@ struct OnlineSoftmax {
   // -> log2 units (FwdParams::score_log2).
   __device__ __forceinline__ void update(float (&s)[kMSlices][kNTiles][4], float (&o)[kMSlices][kDTiles][4],
                                          float c) {
-    float mx[kMSlices][2];
-    bool grow = false;
-#pragma unroll
-    for (int ms = 0; ms < kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float x = fmaxf(m[ms][hh], row_max(s, ms, hh));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-        mx[ms][hh] = x;
-        // m = -inf, x finite: +inf > threshold; both -inf: NaN, false.
-        grow |= (x - m[ms][hh]) * c > kRescaleLog2;
-      }
-    if (__any_sync(0xffffffffu, grow)) {
-#pragma unroll
-      for (int ms = 0; ms < kMSlices; ++ms)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const float x = mx[ms][hh];
-          const float alpha = fast_exp2(m[ms][hh] * c - (x == kNegInf ? 0.f : x * c));
-          m[ms][hh] = x;
-          l[ms][hh] *= alpha;
-#pragma unroll
-          for (int dt = 0; dt < kDTiles; ++dt) {
-            o[ms][dt][2 * hh] *= alpha;
-            o[ms][dt][2 * hh + 1] *= alpha;
-          }
-        }
-    }
-#pragma unroll
-    for (int ms = 0; ms < kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float base = m[ms][hh] == kNegInf ? 0.f : m[ms][hh] * c;
-        l[ms][hh] += exp_row(s, ms, hh, c, base);
-      }
+    float alpha[kMSlices][2];
+    if (step(s, c, alpha)) rescale(o, alpha);
   }
 
   // update() in two halves, for kernels whose O accumulator is still being
   // written by an asynchronous MMA when the next scores arrive (the sm90
-  // family): step() does 1, 2 and 4 and leaves in alpha the factor of step 3
+  // family calls them apart; update() is the two back to back, the O
+  // rescale after this tile's p, which is the same arithmetic as step 3
+  // before step 4): step() does 1, 2 and 4 and leaves in alpha the factor of step 3
   // (1 where m did not move); the caller applies it with rescale() once O is
   // its own again. Returns whether any alpha differs from 1 (warp-uniform).
   __device__ __forceinline__ bool step(float (&s)[kMSlices][kNTiles][4], float c, float (&alpha)[kMSlices][2]) {
@@ -143,6 +111,7 @@ struct OnlineSoftmax {
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
         x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
         mx[ms][hh] = x;
+        // m = -inf, x finite: +inf > threshold; both -inf: NaN, false.
         grow |= (x - m[ms][hh]) * c > kRescaleLog2;
         alpha[ms][hh] = 1.f;
       }
