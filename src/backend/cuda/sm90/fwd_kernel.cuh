@@ -72,6 +72,10 @@ struct SmemLayout {
   __device__ uint64_t* k_empty(int s) const { return bars() + 2 + Cfg::kStages + s; }
   __device__ uint64_t* v_full(int s) const { return bars() + 2 + 2 * Cfg::kStages + s; }
   __device__ uint64_t* v_empty(int s) const { return bars() + 2 + 3 * Cfg::kStages + s; }
+  // The work tile the producer hands the consumers with Q (-1: no more).
+  __device__ volatile int64_t* tile_slot() const {
+    return reinterpret_cast<volatile int64_t*>(bars() + 2 + 4 * Cfg::kStages);
+  }
   // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile (Q or O).
   __device__ static unsigned char* rows(unsigned char* tile, int cw, int panel) {
     return tile + panel * Cfg::kBlockM * 128 + cw * 64 * 128;
@@ -99,16 +103,26 @@ __device__ __forceinline__ int64_t total_tiles(const FwdParams& p) {
   return static_cast<int64_t>(p.num_m_tiles) * p.units * p.num_splits;
 }
 
-// The producer: per tile, Q once the consumers have released the last one,
-// then K and V of each key tile, on a ring that runs on across tiles.
+// The producer: per tile, Q once the consumers have released the last one
+// (with the tile's index in shared memory, published by the q_full
+// arrival), then K and V of each key tile, on a ring that runs on across
+// tiles. A CTA's first tile is blockIdx.x; with a persistent grid the next
+// ones come from the launch's counter (dynamic: a CTA that finishes early
+// takes more, as the hardware's block scheduler would), else there is none.
 template <class Cfg>
-__device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayout<Cfg>& sm) {
+__device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayout<Cfg>& sm, int* tile_counter) {
   PipeState<Cfg::kStages> st;
   uint32_t q_phase = 0;
-  for (int64_t index = blockIdx.x; index < total_tiles(p); index += gridDim.x) {
+  for (int64_t index = blockIdx.x;;) {
+    mbar_wait(sm.q_empty(), q_phase ^ 1u);  // a fresh barrier passes parity 1
+    if (index >= total_tiles(p)) {
+      *sm.tile_slot() = -1;
+      mbar_arrive(sm.q_full());
+      return;
+    }
+    *sm.tile_slot() = index;
     const TileWork<Cfg> tw(p, index);
     const int h = static_cast<int>(tw.w.hs), hk = static_cast<int>(tw.w.hk), b = static_cast<int>(tw.w.b);
-    mbar_wait(sm.q_empty(), q_phase ^ 1u);  // a fresh barrier passes parity 1
     mbar_arrive_expect_tx(sm.q_full(), Cfg::kQBytes);
 #pragma unroll
     for (int pn = 0; pn < Cfg::kPanels; ++pn)
@@ -127,12 +141,13 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
       for (int pn = 0; pn < Cfg::kPanels; ++pn)
         tma_load_panel(sm.v(st.stage) + pn * Cfg::kBlockN * 128, &maps.v, 64 * pn, n0, hk, b, sm.v_full(st.stage));
     }
+    index = Cfg::kPersistent ? gridDim.x + atomicAdd(tile_counter, 1) : total_tiles(p);
   }
 }
 
 template <class T, class Cfg, bool kSoftcap>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps) {
+    fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps, int* tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim;
   constexpr int kNTiles = Cfg::kBlockN / 8;
@@ -162,7 +177,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch(&maps.q);
       tma_prefetch(&maps.k);
       tma_prefetch(&maps.v);
-      produce<Cfg>(p, maps, sm);
+      produce<Cfg>(p, maps, sm, tile_counter);
     }
     return;
   }
@@ -311,7 +326,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   PipeState<Cfg::kStages> st;
   uint32_t q_phase = 0;
-  for (int64_t index = blockIdx.x; index < total_tiles(p); index += gridDim.x) {
+  for (;;) {
+    mbar_wait(sm.q_full(), q_phase);
+    q_phase ^= 1u;
+    const int64_t index = *sm.tile_slot();
+    if (index < 0) break;
     const TileWork<Cfg> tw(p, index);
     const int t_begin = tw.t_begin(), t_end = tw.t_end();
     const int row0 = tw.m0 + cw * 64 + warp * 16;  // the warp's first unit row
@@ -335,8 +354,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (leader) mbar_arrive(sm.q_empty());
     };
 
-    mbar_wait(sm.q_full(), q_phase);
-    q_phase ^= 1u;
     if (t_begin < t_end) {
       // Consumer 1 lets consumer 0 go first; it skips its last pass below,
       // so every arrival meets a wait.

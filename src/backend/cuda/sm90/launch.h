@@ -18,6 +18,7 @@ struct LaunchArgs {
   const Problem* problem;  // for the tensor maps
   int64_t blocks;          // work tiles (< 2^31)
   int num_sms;             // the persistent grid's size
+  int* tile_counter;       // persistent grids: the work counter (workspace)
   bool softcap;
   int device;              // the current device ordinal
   cudaStream_t stream;

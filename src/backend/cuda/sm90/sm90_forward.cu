@@ -43,8 +43,22 @@ struct Plan {
   bool ok = false;
   int smem = 0;
   int block_n = 0;
+  bool persistent = false;  // the grid walks tiles through a counter in the workspace
   FwdGrid grid;
 };
+
+// The workspace: the split partials (common/fwd_params.h), then, for a
+// persistent grid, the tile counter, 16-byte aligned. SIZE_MAX on overflow.
+constexpr size_t kCounterBytes = 16;
+size_t counter_offset(const Problem& p, const Plan& plan) {
+  const size_t partials = fwd_partials_bytes(p, plan.grid);
+  return partials == SIZE_MAX ? SIZE_MAX : (partials + 15) / 16 * 16;
+}
+size_t workspace_bytes(const Problem& p, const Plan& plan) {
+  if (!plan.persistent) return fwd_partials_bytes(p, plan.grid);
+  const size_t off = counter_offset(p, plan);
+  return off > SIZE_MAX - kCounterBytes ? SIZE_MAX : off + kCounterBytes;
+}
 
 Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   Plan plan;
@@ -53,6 +67,7 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
     using Cfg = typename sm90::Sm90Tuning<decltype(head_dim)::value>::Config;
     plan.smem = Cfg::kSmemBytes;
     plan.block_n = Cfg::kBlockN;
+    plan.persistent = Cfg::kPersistent;
     block_m = Cfg::kBlockM;
   });
   if (!plan.ok) return plan;
@@ -105,7 +120,7 @@ const char* sm90_declines(const Problem& p, const DeviceInfo& dev) {
 
 size_t sm90_workspace_bytes(const Problem& p, const DeviceInfo& dev) {
   const Plan plan = make_plan(p, dev);
-  return plan.ok ? fwd_partials_bytes(p, plan.grid) : 0;
+  return plan.ok ? workspace_bytes(p, plan) : 0;
 }
 
 fmha_status sm90_forward(const Problem& p, const LaunchContext& ctx) {
@@ -115,7 +130,7 @@ fmha_status sm90_forward(const Problem& p, const LaunchContext& ctx) {
     return fail(FMHA_ERROR_INTERNAL, "cuda_sm90_ws: head_dim=%lld not instantiated", static_cast<long long>(p.head_dim));
   if (p.dtype != FMHA_DTYPE_F16 && p.dtype != FMHA_DTYPE_BF16)
     return fail(FMHA_ERROR_INTERNAL, "cuda_sm90_ws: dtype %s not instantiated", dtype_name(p.dtype));
-  const size_t need = fwd_partials_bytes(p, plan.grid);
+  const size_t need = workspace_bytes(p, plan);
   if (ctx.workspace_bytes < need)
     return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "cuda_sm90_ws needs %zu bytes of workspace", need);
 
@@ -124,6 +139,9 @@ fmha_status sm90_forward(const Problem& p, const LaunchContext& ctx) {
   a.problem = &p;
   a.blocks = plan.grid.blocks();
   a.num_sms = dev.num_sms > 0 ? dev.num_sms : 1;
+  a.tile_counter =
+      plan.persistent ? reinterpret_cast<int*>(static_cast<unsigned char*>(ctx.workspace) + counter_offset(p, plan))
+                      : nullptr;
   a.softcap = p.softcap != 0.f;
   a.device = dev.ordinal;
   a.stream = static_cast<cudaStream_t>(ctx.stream);

@@ -20,12 +20,16 @@ struct TileConfig {
   // softmax overlaps the other's tensor-core work (FA3's ping-pong). H200,
   // causal FP16 D=128 N=16384: 541-544 TFLOP/s with, 487-490 without.
   static constexpr bool kPingPong = kPingPong_;
-  // A persistent grid (one CTA per SM walking tiles blockIdx.x + k gridDim.x)
-  // overlaps a tile's epilogue with the next tile's loads, but its static
-  // walk loses the hardware's dynamic balancing of uneven causal tiles:
+  // A persistent grid (one CTA per SM; after its first tile a CTA takes the
+  // next from an atomic counter in the workspace) overlaps a tile's epilogue
+  // with the next tile's loads. A static walk (tiles blockIdx.x + k
+  // gridDim.x) lost the hardware's dynamic balancing of uneven causal tiles:
   // 510-513 TFLOP/s against 541-544 with one CTA per tile (same shape). The
-  // kernel runs either grid; a dynamic (atomic) scheduler is the next step.
-  static constexpr bool kPersistent = false;
+  // dynamic one, against one CTA per tile in the same run (bench_cuda, FP16
+  // D=128 causal N=4096 / 8192 / 16384, non-causal 8192, D=64 causal 8192):
+  // 464-473 / 491-492 / 506-507 / 509 / 360 TFLOP/s against 444-450 /
+  // 483-486 / 501-508 / 501 / 344-349.
+  static constexpr bool kPersistent = true;
   // Keep a NaN / inf in V from reaching rows that mask its key (fwd_kernel.cuh).
   static constexpr bool kGuardNonFiniteV = true;
   static constexpr int kThreads = 128 * (kConsumers + 1);
@@ -37,7 +41,7 @@ struct TileConfig {
   // when it fits beside them (else O is staged in the Q tile and the next
   // tile's Q waits for the store), then the mbarriers; plus 1024 bytes to
   // align the base to a swizzle atom.
-  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages);
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages) + 8;  // + the tile slot
   static constexpr int kSmemMax = 227 * 1024;
   static constexpr bool kSeparateO =
       1024 + 2 * kQBytes + 2 * kStages * kKVBytes + kBarrierBytes <= kSmemMax;
