@@ -12,10 +12,11 @@
 //                       lse from registers; or the split-KV partials for the
 //                       shared combine
 //
-// Each CTA walks work tiles blockIdx.x, + gridDim.x, ... in the scheduler's
-// order (common/tile_scheduler.h: the longest causal rows first); with one
-// CTA per tile (TileConfig::kPersistent false) that is one tile, with a
-// persistent grid the K/V ring runs on across tiles, so the producer loads
+// The grid is persistent (TileConfig::kPersistent): one CTA per SM, whose
+// first work tile is blockIdx.x in the scheduler's order
+// (common/tile_scheduler.h: the longest causal rows first) and whose next
+// ones come from an atomic counter, so a CTA that finishes early takes more.
+// The K/V ring runs on across tiles, so the producer loads
 // the next tile's Q, K and V while the consumers finish the last one. Within
 // a tile each consumer keeps S of tile t and P V of tile t - 1 in flight
 // together (the softmax of t waits only for S), and the two consumers take
