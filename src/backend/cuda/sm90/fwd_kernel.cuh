@@ -129,18 +129,36 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
     for (int pn = 0; pn < Cfg::kPanels; ++pn)
       tma_load_panel(sm.q() + pn * Cfg::kBlockM * 128, &maps.q, 64 * pn, tw.m0, h, b, sm.q_full());
     q_phase ^= 1u;
-    for (int t = tw.t_begin(); t < tw.t_end(); ++t, st.advance()) {
-      const int n0 = t * Cfg::kBlockN;
-      mbar_wait(sm.k_empty(st.stage), st.phase ^ 1u);
-      mbar_arrive_expect_tx(sm.k_full(st.stage), Cfg::kKVBytes);
+    // K of tile t + 1 goes out before V of tile t: the consumers need them in
+    // that order (S of t + 1 and P V of t are issued together), and V's
+    // stage frees later than K's, so K never waits behind V.
+    auto load_k = [&](int t, const PipeState<Cfg::kStages>& at) {
+      mbar_wait(sm.k_empty(at.stage), at.phase ^ 1u);
+      mbar_arrive_expect_tx(sm.k_full(at.stage), Cfg::kKVBytes);
 #pragma unroll
       for (int pn = 0; pn < Cfg::kPanels; ++pn)
-        tma_load_panel(sm.k(st.stage) + pn * Cfg::kBlockN * 128, &maps.k, 64 * pn, n0, hk, b, sm.k_full(st.stage));
-      mbar_wait(sm.v_empty(st.stage), st.phase ^ 1u);
-      mbar_arrive_expect_tx(sm.v_full(st.stage), Cfg::kKVBytes);
+        tma_load_panel(sm.k(at.stage) + pn * Cfg::kBlockN * 128, &maps.k, 64 * pn, t * Cfg::kBlockN, hk, b,
+                       sm.k_full(at.stage));
+    };
+    auto load_v = [&](int t, const PipeState<Cfg::kStages>& at) {
+      mbar_wait(sm.v_empty(at.stage), at.phase ^ 1u);
+      mbar_arrive_expect_tx(sm.v_full(at.stage), Cfg::kKVBytes);
 #pragma unroll
       for (int pn = 0; pn < Cfg::kPanels; ++pn)
-        tma_load_panel(sm.v(st.stage) + pn * Cfg::kBlockN * 128, &maps.v, 64 * pn, n0, hk, b, sm.v_full(st.stage));
+        tma_load_panel(sm.v(at.stage) + pn * Cfg::kBlockN * 128, &maps.v, 64 * pn, t * Cfg::kBlockN, hk, b,
+                       sm.v_full(at.stage));
+    };
+    if (tw.t_begin() < tw.t_end()) {
+      load_k(tw.t_begin(), st);
+      PipeState<Cfg::kStages> kst = st;
+      for (int t = tw.t_begin(); t < tw.t_end(); ++t) {
+        if (t + 1 < tw.t_end()) {
+          kst.advance();
+          load_k(t + 1, kst);
+        }
+        load_v(t, st);
+        st.advance();
+      }
     }
     index = Cfg::kPersistent ? gridDim.x + atomicAdd(tile_counter, 1) : total_tiles(p);
   }
@@ -200,29 +218,36 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // S = Q K^T of the stage's K tile over D / 16 k-steps (k-step ks is 32
   // bytes into panel ks / 4); committed, not waited for.
+  // The operands' descriptors, built once: a k-step, a panel or a stage is a
+  // constant added to the start address field (desc_advance), so the issue
+  // of a GEMM is a run of wgmma with one add each, not an address
+  // computation per instruction (the masks and shifts of smem_desc showed
+  // as 15% of the consumers' stall samples).
+  const uint64_t desc_q = smem_desc(q_base, 0, 1024);
+  const uint64_t desc_k = smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.k(0))), 0, 1024);
+  const uint64_t desc_v =
+      smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(0))), Cfg::kBlockN * 128, 1024);
   auto issue_qk = [&](int stage, uint32_t phase) {
-    const uint32_t k_base = static_cast<uint32_t>(__cvta_generic_to_shared(sm.k(stage)));
+    const uint64_t dk = desc_advance(desc_k, stage * Cfg::kKVBytes);
     mbar_wait(sm.k_full(stage), phase);
     fence_operands(s_flat);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint64_t dq = smem_desc(q_base + (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32, 0, 1024);
-      const uint64_t dk = smem_desc(k_base + (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32, 0, 1024);
-      MmaSs<T, Cfg::kBlockN, 0, 0>::run(s_flat, dq, dk, ks > 0 ? 1u : 0u);
-    }
+    for (int ks = 0; ks < D / 16; ++ks)
+      MmaSs<T, Cfg::kBlockN, 0, 0>::run(s_flat, desc_advance(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32),
+                                        desc_advance(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32),
+                                        ks > 0 ? 1u : 0u);
     wgmma_commit();
   };
   // O += P V of the stage's V tile: k-step kk reads keys 16 kk.. of every
   // panel (LBO = one panel); committed, not waited for.
   auto issue_pv = [&](int stage, uint32_t phase) {
-    const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(stage)));
+    const uint64_t dv = desc_advance(desc_v, stage * Cfg::kKVBytes);
     mbar_wait(sm.v_full(stage), phase);
     fence_operands(o_flat);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
-      MmaRs<T, D, 1>::run(o_flat, pf[kk], smem_desc(v_base + kk * 16 * 128, Cfg::kBlockN * 128, 1024), 1u);
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) MmaRs<T, D, 1>::run(o_flat, pf[kk], desc_advance(dv, kk * 16 * 128), 1u);
     wgmma_commit();
   };
   auto pack_p = [&] {
