@@ -9,6 +9,7 @@
 #if FMHA_WITH_CUDA
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/sm80/instances.h"  // generated: cuda_sm80_tc's instantiations
+#include "backend/cuda/sm90/instances.h"  // generated: cuda_sm90_ws's instantiations
 #endif
 
 namespace fmha {
@@ -19,6 +20,11 @@ namespace {
 #define FMHA_SM80_DTYPE_BIT_(E) | dtype_bit(E)
 constexpr uint32_t kSm80Dtypes = 0u FMHA_SM80_DTYPES(FMHA_SM80_DTYPE_BIT_);
 #undef FMHA_SM80_DTYPE_BIT_
+#define FMHA_SM90_DTYPE_BIT_(E) | dtype_bit(E)
+constexpr uint32_t kSm90Dtypes = 0u FMHA_SM90_DTYPES(FMHA_SM90_DTYPE_BIT_);
+#undef FMHA_SM90_DTYPE_BIT_
+static_assert(FMHA_SM90_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
+              "more sm90 head dims than the registry row's head-dim column holds");
 static_assert(FMHA_SM80_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
               "more sm80 head dims than the registry row's head-dim column holds");
 #endif
@@ -30,7 +36,7 @@ static_assert(FMHA_SM80_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
 const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
     {"cuda_sm90_ws", "Hopper family: wgmma + TMA, warp-specialized producer and consumer warpgroups (sm_90a)",
-     FMHA_DEVICE_CUDA, 90, 90, kHalfDtypes, HeadDims{0, 1, {64, 128, 256}}, kFeatureAll, 16, 5,
+     FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}}, kFeatureAll, 16, 5,
      cuda::sm90_supports, cuda::sm90_workspace_bytes, cuda::sm90_forward, cuda::sm90_declines},
     {"cuda_sm80_tc", "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping",
      FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureAll, 16, 10,

@@ -1,6 +1,8 @@
 // Host-side entry of one sm90 instantiation (dtype x head dim). Each
-// fwd_<dtype>_d<D>.cu instantiates launch_fwd for its key, so sm90_forward.cu
-// dispatches without compiling any kernel itself (and without sm_90a flags).
+// generated fwd_<dtype>_d<D>.cu (sm90/fwd_instance.cu.in, one per entry of
+// FMHA_SM90_INSTANCES) instantiates launch_fwd for its key, so
+// sm90_forward.cu dispatches without compiling any kernel itself (and
+// without sm_90a flags).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -10,6 +12,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/sm90/instances.h"  // generated: the instantiations
 #include "fmha/fmha.h"
 
 namespace fmha::cuda::sm90 {
@@ -27,14 +30,9 @@ struct LaunchArgs {
 template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a);
 
-#define FMHA_SM90_DECLARE(T, D) extern template fmha_status launch_fwd<T, D>(const FwdParams&, const LaunchArgs&);
-FMHA_SM90_DECLARE(__half, 64)
-FMHA_SM90_DECLARE(__half, 128)
-FMHA_SM90_DECLARE(__half, 256)
-FMHA_SM90_DECLARE(__nv_bfloat16, 64)
-FMHA_SM90_DECLARE(__nv_bfloat16, 128)
-FMHA_SM90_DECLARE(__nv_bfloat16, 256)
-#undef FMHA_SM90_DECLARE
+#define FMHA_SM90_EXTERN_(dtype, T, D) extern template fmha_status launch_fwd<T, D>(const FwdParams&, const LaunchArgs&);
+FMHA_SM90_INSTANCES(FMHA_SM90_EXTERN_)
+#undef FMHA_SM90_EXTERN_
 
 
 }  // namespace fmha::cuda::sm90

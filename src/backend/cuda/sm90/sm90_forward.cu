@@ -29,14 +29,31 @@ namespace {
 // FP16 D=128; docs/performance.md).
 constexpr int64_t kMaxPackedRowsForSm80 = 128;
 
+// The one place a run-time head dim becomes a template argument (the
+// generated list, instances.h, which the registry row also reads).
 template <class Fn>
 bool dispatch_head_dim(int64_t d, Fn&& fn) {
   switch (d) {
-    case 64: fn(std::integral_constant<int, 64>{}); return true;
-    case 128: fn(std::integral_constant<int, 128>{}); return true;
-    case 256: fn(std::integral_constant<int, 256>{}); return true;
+#define FMHA_SM90_CASE_(D) \
+  case D: fn(std::integral_constant<int, D>{}); return true;
+    FMHA_SM90_HEAD_DIMS(FMHA_SM90_CASE_)
+#undef FMHA_SM90_CASE_
     default: return false;
   }
+}
+
+// Calls fn(T{}, std::integral_constant<int, D>{}) for the instantiated pair
+// (dtype, d) and returns true, else returns false.
+template <class Fn>
+bool dispatch_instance(fmha_dtype dtype, int64_t d, Fn&& fn) {
+#define FMHA_SM90_CASE_(E, T, D)               \
+  if (dtype == E && d == D) {                  \
+    fn(T{}, std::integral_constant<int, D>{}); \
+    return true;                               \
+  }
+  FMHA_SM90_INSTANCES(FMHA_SM90_CASE_)
+#undef FMHA_SM90_CASE_
+  return false;
 }
 
 struct Plan {
@@ -93,7 +110,8 @@ const char* operand_unsupported(const Problem& p, const Operand& op, int64_t seq
 }  // namespace
 
 const char* sm90_supports(const Problem& p, const DeviceInfo& dev) {
-  if (!dispatch_head_dim(p.head_dim, [](auto) {})) return "head_dim not instantiated (sm90 family runs 64, 128, 256)";
+  if (!dispatch_instance(p.dtype, p.head_dim, [](auto, auto) {}))
+    return "(dtype, head_dim) not instantiated (this build of the sm90 family runs head dims " FMHA_SM90_HEAD_DIM_TEXT ")";
   if (p.seq_q > kMaxFwdSeq || p.seq_k > kMaxFwdSeq) return "sequence too long for int32 positions";
   const struct {
     const Operand* op;
@@ -128,8 +146,9 @@ fmha_status sm90_forward(const Problem& p, const LaunchContext& ctx) {
   const Plan plan = make_plan(p, dev);
   if (!plan.ok)
     return fail(FMHA_ERROR_INTERNAL, "cuda_sm90_ws: head_dim=%lld not instantiated", static_cast<long long>(p.head_dim));
-  if (p.dtype != FMHA_DTYPE_F16 && p.dtype != FMHA_DTYPE_BF16)
-    return fail(FMHA_ERROR_INTERNAL, "cuda_sm90_ws: dtype %s not instantiated", dtype_name(p.dtype));
+  if (!dispatch_instance(p.dtype, p.head_dim, [](auto, auto) {}))
+    return fail(FMHA_ERROR_INTERNAL, "cuda_sm90_ws: dtype %s head_dim=%lld not instantiated", dtype_name(p.dtype),
+                static_cast<long long>(p.head_dim));
   const size_t need = workspace_bytes(p, plan);
   if (ctx.workspace_bytes < need)
     return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "cuda_sm90_ws needs %zu bytes of workspace", need);
@@ -145,11 +164,9 @@ fmha_status sm90_forward(const Problem& p, const LaunchContext& ctx) {
   a.softcap = p.softcap != 0.f;
   a.device = dev.ordinal;
   a.stream = static_cast<cudaStream_t>(ctx.stream);
-  const bool bf16 = p.dtype == FMHA_DTYPE_BF16;
   fmha_status status = FMHA_ERROR_INTERNAL;
-  dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    constexpr int kHeadDim = decltype(head_dim)::value;
-    status = bf16 ? sm90::launch_fwd<__nv_bfloat16, kHeadDim>(f, a) : sm90::launch_fwd<__half, kHeadDim>(f, a);
+  dispatch_instance(p.dtype, p.head_dim, [&](auto t, auto head_dim) {
+    status = sm90::launch_fwd<decltype(t), decltype(head_dim)::value>(f, a);
   });
   return status;
 }

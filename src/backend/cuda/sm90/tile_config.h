@@ -2,6 +2,8 @@
 // the kernel (fwd_kernel.cuh) and the host side (sm90_forward.cu).
 #pragma once
 
+#include "backend/cuda/sm90/instances.h"  // generated: the instantiations
+
 namespace fmha::cuda::sm90 {
 
 // A CTA owns kBlockM = 64 * kConsumers query rows of one (batch, head):
@@ -77,5 +79,12 @@ template <>
 struct Sm90Tuning<256> {
   using Config = TileConfig<256, 64, 2>;
 };
+
+// Every instantiated head dim (the build's list, FMHA_SM90_INSTANCES) has
+// its tuning, keyed by the right head dim.
+#define FMHA_SM90_TUNED_(D) \
+  static_assert(Sm90Tuning<D>::Config::kHeadDim == D, "Sm90Tuning<" #D "> is missing or mis-keyed");
+FMHA_SM90_HEAD_DIMS(FMHA_SM90_TUNED_)
+#undef FMHA_SM90_TUNED_
 
 }  // namespace fmha::cuda::sm90
