@@ -89,14 +89,14 @@ FMHA_ADDRESS_TYPEMAPS(void*, cuda_stream)
   $1 = &temp;
 }
 %typemap(argout) fmha_handle* handle {
-  $result = SWIG_Python_AppendOutput($result,
+  $result = SWIG_AppendOutput($result,
       SWIG_NewPointerObj(SWIG_as_voidptr(*$1), $descriptor(struct fmha_context*), 0));
 }
 %typemap(in, numinputs=0) size_t* bytes (size_t temp = 0) {
   $1 = &temp;
 }
 %typemap(argout) size_t* bytes {
-  $result = SWIG_Python_AppendOutput($result, PyLong_FromSize_t(*$1));
+  $result = SWIG_AppendOutput($result, PyLong_FromSize_t(*$1));
 }
 %cstring_output_maxsize(char* buf, size_t len);
 

@@ -43,8 +43,20 @@ class ForwardParams(ctypes.Structure):  # fmha_forward_params (0.1)
 
 
 def load_library():
-    path = os.environ.get("FMHA_LIBRARY") or ctypes.util.find_library("fmha") or "libfmha.so.0"
-    lib = ctypes.CDLL(path)
+    """libfmha from FMHA_LIBRARY, else by name; says which variable to set
+    when neither finds it."""
+    explicit = os.environ.get("FMHA_LIBRARY")
+    path = explicit or ctypes.util.find_library("fmha") or "libfmha.so.0"
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        if explicit:
+            hint = f"FMHA_LIBRARY={explicit} could not be loaded ({e})"
+        else:
+            hint = (f"libfmha was not found by name ({e}); set FMHA_LIBRARY to the library "
+                    "file, e.g. FMHA_LIBRARY=build/src/libfmha.so.0 after a CMake build, "
+                    "or <prefix>/lib/libfmha.so.0 after cmake --install")
+        raise SystemExit(f"ctypes_forward.py: {hint}") from None
     handle_p = ctypes.POINTER(ctypes.c_void_p)
     params_p = ctypes.POINTER(ForwardParams)
     signatures = {

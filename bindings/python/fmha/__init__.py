@@ -19,21 +19,25 @@ float16, bfloat16 (torch.bfloat16, or ml_dtypes.bfloat16 for numpy) and
 float32 are accepted.
 
 Every failure raises :class:`fmha.Error`, whose ``status`` is a
-:class:`fmha.Status` and whose message is the library's.
+:class:`fmha.Status` and whose message is the library's, in the Python
+argument names (``out``, ``out_lse``, ``window[0]``). Invalid arguments raise
+:class:`fmha.InvalidArgumentError`, which is also a ``ValueError``; a dtype
+fmha cannot take raises :class:`fmha.DTypeError`, also a ``TypeError``.
 """
 from __future__ import annotations
 
 import enum
 import math
+import re
 import threading
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from . import capi
-from ._arrays import CPU, CUDA, Array, ArrayError, describe, device_of, library_of
+from ._arrays import CPU, CUDA, Array, ArrayError, describe, device_of, library_of, numpy_dtype
 
 __all__ = [
-    "Error", "Status", "Handle", "forward", "explain", "workspace_size", "kernels", "version",
-    "__version__",
+    "Error", "InvalidArgumentError", "DTypeError", "Status", "Handle", "forward", "explain",
+    "workspace_size", "kernels", "version", "__version__",
 ]
 
 
@@ -73,13 +77,47 @@ class Error(RuntimeError):
         super().__init__(f"{text}: {message}" if message else text)
 
 
+class InvalidArgumentError(Error, ValueError):
+    """An fmha.Error with status ERROR_INVALID_ARGUMENT: a shape, stride,
+    option or array fmha rejects. Also a ValueError."""
+
+
+class DTypeError(InvalidArgumentError, TypeError):
+    """An invalid argument whose dtype (or byte order) is at fault: not
+    float16, bfloat16 or float32, or not the dtype of q. Also a TypeError."""
+
+
+# The library's names for the fields the Python layer calls otherwise.
+_PYTHON_NAMES = [
+    (re.compile(r"(?<![\w.])o(?=[.=: ]|$)"), "out"),
+    (re.compile(r"(?<![\w.])lse(?=[.=: ]|$)"), "out_lse"),
+    (re.compile(r"\bwindow_left\b"), "window[0]"),
+    (re.compile(r"\bwindow_right\b"), "window[1]"),
+]
+
+
+def _python_names(message: str) -> str:
+    for pattern, name in _PYTHON_NAMES:
+        message = pattern.sub(name, message)
+    return message
+
+
+def _error(status: int, message: str, dtype: bool = False) -> Error:
+    """The Error for a status: InvalidArgumentError (DTypeError when dtype)
+    for ERROR_INVALID_ARGUMENT, a plain Error otherwise."""
+    if status == Status.ERROR_INVALID_ARGUMENT:
+        return (DTypeError if dtype else InvalidArgumentError)(status, message)
+    return Error(status, message)
+
+
 def _check(status: int) -> None:
     if status != capi.FMHA_SUCCESS:
-        raise Error(status, capi.fmha_last_error_message())
+        message = capi.fmha_last_error_message()
+        raise _error(status, _python_names(message), dtype=".dtype=" in message)
 
 
-def _invalid(message: str) -> Error:
-    return Error(Status.ERROR_INVALID_ARGUMENT, message)
+def _invalid(message: str, dtype: bool = False) -> Error:
+    return _error(Status.ERROR_INVALID_ARGUMENT, message, dtype)
 
 
 # ---- version and introspection -------------------------------------------------
@@ -225,8 +263,18 @@ class _Allocator:
             import cupy
             with cupy.cuda.Device(self.ordinal):
                 return cupy.empty(shape, dtype=cupy.float32 if float32 else obj.dtype)
+        if self.like.device == CPU:
+            # Another producer's CPU memory (jax, a DLPack-only type, ...):
+            # numpy allocates the result (a DLPack producer itself).
+            import numpy as np
+            dtype = np.dtype(np.float32) if float32 else numpy_dtype(self.like.dtype)
+            if dtype is not None:
+                return np.empty(shape, dtype=dtype)
+            raise _invalid(f"cannot allocate a bfloat16 {what} with numpy without ml_dtypes "
+                           f"(pip install ml_dtypes); pass {what}= yourself", dtype=True)
         raise _invalid(f"cannot allocate {what} like a {type(obj).__module__}.{type(obj).__name__} "
-                       f"(fmha allocates with numpy, torch or cupy); pass {what}= yourself")
+                       f"on CUDA (fmha allocates CUDA memory with torch or cupy); "
+                       f"pass {what}= yourself")
 
     def workspace(self, nbytes: int) -> Tuple[Any, int]:
         """A buffer of nbytes, 16-byte aligned: (owner, address)."""
@@ -263,7 +311,7 @@ def _tensor(a: Array, what: str):
     if len(a.shape) != 4:
         raise _invalid(f"{what} has shape {a.shape}; expected 4 dims [batch, heads, seq, head_dim]")
     if a.dtype is None:
-        raise _invalid(f"{what}.dtype={a.dtype_name} is not float16, bfloat16 or float32")
+        raise _invalid(f"{what}.dtype={a.dtype_name} is not float16, bfloat16 or float32", dtype=True)
     t = capi.fmha_tensor()
     t.data = a.ptr or None
     t.dtype = a.dtype
@@ -297,7 +345,7 @@ class _Call:
             if out_lse is not None:
                 arrays["out_lse"] = describe(out_lse, "out_lse", self.stream)
         except ArrayError as e:
-            raise _invalid(str(e)) from None
+            raise _invalid(str(e), dtype=isinstance(e, TypeError)) from None
 
         def where(d, o):
             return d if d == CPU else f"{d}:{o}"
@@ -359,7 +407,8 @@ class _Call:
                 la = arrays["out_lse"]
                 if la.dtype != capi.FMHA_DTYPE_F32 or la.shape != rows or not la.is_contiguous():
                     raise _invalid(f"out_lse must be a contiguous float32 array of shape {rows} "
-                                   f"(got {la.dtype_name} {la.shape})")
+                                   f"(got {la.dtype_name} {la.shape})",
+                                   dtype=la.dtype != capi.FMHA_DTYPE_F32)
                 if la.readonly:
                     raise _invalid("out_lse is read-only")
             p.lse = arrays["out_lse"].ptr
@@ -382,7 +431,7 @@ class _Call:
             try:
                 wa = describe(workspace, "workspace", self.stream)
             except ArrayError as e:
-                raise _invalid(str(e)) from None
+                raise _invalid(str(e), dtype=isinstance(e, TypeError)) from None
             if not wa.is_contiguous():
                 raise _invalid("workspace must be contiguous")
             ws_keep, ws_ptr, ws_bytes = wa, wa.ptr, wa.nbytes
@@ -463,13 +512,17 @@ def forward(q: TensorLike, k: TensorLike, v: TensorLike, *,
 
     Returns:
         out, or (out, lse) when return_lse (or out_lse) is given. They are
-        numpy arrays for numpy input, else tensors of q's library.
+        numpy arrays for numpy input, tensors of q's library for torch and
+        cupy, and numpy arrays for other producers' CPU memory.
 
     Raises:
-        Error: with .status ERROR_INVALID_ARGUMENT for bad shapes, dtypes,
-            strides or options, ERROR_UNSUPPORTED when no kernel runs the
-            problem, and the library's other statuses. Nothing is written
-            on error.
+        InvalidArgumentError: (an Error and a ValueError; .status
+            ERROR_INVALID_ARGUMENT) for bad shapes, strides or options,
+            and for a tensor that requires grad (fmha has no backward);
+            DTypeError (also a TypeError) when a dtype or byte order is at
+            fault.
+        Error: ERROR_UNSUPPORTED when no kernel runs the problem, and the
+            library's other statuses. Nothing is written on error.
     """
     call = _Call(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
                  scale=scale, softcap=softcap, return_lse=return_lse, out=out, out_lse=out_lse,

@@ -17,6 +17,7 @@ its own destructor releases the export when it is dropped.
 from __future__ import annotations
 
 import ctypes
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
@@ -36,6 +37,10 @@ DTYPE_NAMES = {
 
 class ArrayError(ValueError):
     """An object fmha cannot read as an array; fmha turns it into fmha.Error."""
+
+
+class ArrayDTypeError(ArrayError, TypeError):
+    """An array whose dtype or byte order fmha cannot read."""
 
 
 @dataclass
@@ -93,21 +98,61 @@ def _byte_strides_to_elements(byte_strides, itemsize, what):
     return tuple(out)
 
 
-def _typestr_dtype(typestr: str):
+_FOREIGN_ORDER = ">" if sys.byteorder == "little" else "<"
+_FOREIGN_NAME = "big-endian" if sys.byteorder == "little" else "little-endian"
+
+
+def _foreign_order(what, typestr):
+    return ArrayDTypeError(f"{what}: {_FOREIGN_NAME} arrays are not supported (dtype {typestr!r}); "
+                           f"convert with .astype({('=' + typestr[1:])!r})")
+
+
+def _typestr_dtype(typestr: str, what: str):
     """fmha_dtype and a name for an array-interface typestr ('<f2', ...)."""
-    if len(typestr) >= 3 and typestr[0] in "<|=" and typestr[1] == "f":
+    if typestr[:1] == _FOREIGN_ORDER and typestr[2:] != "1":
+        raise _foreign_order(what, typestr)
+    if len(typestr) >= 3 and typestr[0] in "<>|=" and typestr[1] == "f":
         size = int(typestr[2:])
         if size in _NUMPY_FLOAT:
             return _NUMPY_FLOAT[size], "float16" if size == 2 else "float32"
     return None, typestr
 
 
-def _numpy_dtype(dt):
+def _numpy_dtype(dt, what):
+    if not dt.isnative:
+        raise _foreign_order(what, dt.str)
     if dt.name == "bfloat16" and dt.itemsize == 2:  # ml_dtypes.bfloat16
         return capi.FMHA_DTYPE_BF16, "bfloat16"
-    if dt.kind == "f" and dt.isnative and dt.itemsize in _NUMPY_FLOAT:
+    if dt.kind == "f" and dt.itemsize in _NUMPY_FLOAT:
         return _NUMPY_FLOAT[dt.itemsize], dt.name
     return None, dt.name
+
+
+def numpy_dtype(dtype: Optional[int]):
+    """The numpy dtype of an fmha_dtype; bfloat16 is ml_dtypes' (None when
+    ml_dtypes is not installed)."""
+    import numpy as np
+    if dtype == capi.FMHA_DTYPE_BF16:
+        try:
+            import ml_dtypes
+        except ImportError:
+            return None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype({capi.FMHA_DTYPE_F16: np.float16, capi.FMHA_DTYPE_F32: np.float32}[dtype])
+
+
+def _check_no_grad(obj, what):
+    """A tensor that requires grad is refused: fmha has no backward, so its
+    result would silently drop out of the autograd graph. Read from the
+    attribute (torch is not imported for it); under torch.no_grad() no graph
+    is recorded, and the tensor is read as its detached view."""
+    if getattr(obj, "requires_grad", False) is not True:
+        return obj
+    torch = sys.modules.get("torch")
+    if torch is not None and not torch.is_grad_enabled() and hasattr(obj, "detach"):
+        return obj.detach()  # shares memory
+    raise ArrayError(f"{what} requires grad, but fmha has no backward (forward only): pass "
+                     f"{what}.detach(), or call under torch.no_grad() / torch.inference_mode()")
 
 
 # ---- DLPack ------------------------------------------------------------------
@@ -212,7 +257,7 @@ def _from_interface(obj, iface, what, device, ordinal, library):
     if iface.get("mask") is not None:
         raise ArrayError(f"{what}: masked arrays are not supported")
     shape = tuple(int(n) for n in iface["shape"])
-    dtype, name = _typestr_dtype(iface["typestr"])
+    dtype, name = _typestr_dtype(iface["typestr"], what)
     itemsize = int(iface["typestr"][2:] or 1)
     ptr, readonly = iface["data"]
     if iface.get("strides") is None:
@@ -256,16 +301,15 @@ def device_of(obj, what) -> Tuple[str, Optional[int]]:
 def describe(obj, what: str, stream: Optional[int] = None) -> Array:
     """Reads obj's memory layout (see the module docstring)."""
     if _is_ndarray(obj):
-        dtype, name = _numpy_dtype(obj.dtype)
+        dtype, name = _numpy_dtype(obj.dtype, what)
         iface = obj.__array_interface__
         ptr, readonly = iface["data"]
         return Array(obj=obj, ptr=int(ptr or 0), shape=tuple(obj.shape),
                      strides=_byte_strides_to_elements(obj.strides, obj.itemsize, what),
                      itemsize=obj.itemsize, dtype=dtype, dtype_name=name, device=CPU, ordinal=0,
                      readonly=bool(readonly), library="numpy")
+    obj = _check_no_grad(obj, what)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
-        if library_of(obj) == "torch" and getattr(obj, "requires_grad", False):
-            obj = obj.detach()  # a forward only reads it; detach() shares memory
         return _from_dlpack(obj, what, stream)
     if hasattr(obj, "__cuda_array_interface__"):
         return _from_interface(obj, obj.__cuda_array_interface__, what, CUDA, _cuda_ordinal(obj),

@@ -178,12 +178,22 @@ def test_dlpack_inputs_and_out():
     q, k, v = qkv(b=1, hq=4, hk=2, nq=10, d=16)
     storage = poisoned((1, 10, 4, 16), np.float32)
     out = storage.transpose(0, 2, 1, 3)
-    with pytest.raises(fmha.Error) as e:
-        fmha.forward(DLPackOnly(q), DLPackOnly(k), DLPackOnly(v))
-    assert e.value.status == fmha.Status.ERROR_INVALID_ARGUMENT and "out=" in str(e.value)
     got = fmha.forward(DLPackOnly(q), DLPackOnly(k), DLPackOnly(v), out=DLPackOnly(out))
     assert isinstance(got, DLPackOnly)
     assert_close(out, attention(q, k, v)[0], np.float32)
+
+
+@pytest.mark.skipif(not hasattr(np.ndarray, "__dlpack__"), reason="numpy < 1.22 has no DLPack")
+def test_dlpack_producer_fmha_cannot_allocate_like_gets_numpy():
+    """A CPU producer that is not numpy, torch or cupy: out and lse are numpy."""
+    q, k, v = qkv(b=1, hq=4, hk=2, nq=10, d=16, dtype=np.float16)
+    o, lse = fmha.forward(DLPackOnly(q), DLPackOnly(k), DLPackOnly(v), causal=True,
+                          return_lse=True)
+    assert isinstance(o, np.ndarray) and o.dtype == np.float16 and o.shape == q.shape
+    assert isinstance(lse, np.ndarray) and lse.dtype == np.float32 and lse.shape == q.shape[:3]
+    ref_o, ref_lse = attention(q, k, v, causal=True)
+    assert_close(o, ref_o, np.float16)
+    assert_lse_close(lse, ref_lse)
 
 
 class VersionedDLPack:
@@ -329,6 +339,9 @@ def expect_error(status, match, *args, **kw):
     err = e.value
     assert isinstance(err, RuntimeError)
     assert err.status == status and isinstance(err.status, fmha.Status)
+    # Invalid arguments are ValueErrors (InvalidArgumentError); others are not.
+    assert isinstance(err, ValueError) == (status == INVALID)
+    assert isinstance(err, fmha.InvalidArgumentError) == (status == INVALID)
     assert match in err.message, err.message
     assert fmha.capi.fmha_status_string(int(status)) in str(err)
     return err
@@ -337,15 +350,63 @@ def expect_error(status, match, *args, **kw):
 INVALID = fmha.Status.ERROR_INVALID_ARGUMENT
 
 
+def expect_dtype_error(match, *args, **kw):
+    err = expect_error(INVALID, match, *args, **kw)
+    assert isinstance(err, fmha.DTypeError) and isinstance(err, TypeError)
+    return err
+
+
 def test_error_dtype_mismatch():
     q, k, v = qkv()
-    expect_error(INVALID, "k.dtype", q, k.astype(np.float16), v)
+    expect_dtype_error("k.dtype", q, k.astype(np.float16), v)
+    expect_dtype_error("out.dtype", q, k, v, out=np.empty(q.shape, np.float16))
 
 
 def test_error_unsupported_dtype():
     q, k, v = qkv()
-    expect_error(INVALID, "float64", q.astype(np.float64), k, v)
-    expect_error(INVALID, "int32", q, k.astype(np.int32), v)
+    expect_dtype_error("float64", q.astype(np.float64), k, v)
+    expect_dtype_error("int32", q, k.astype(np.int32), v)
+    expect_dtype_error("float32", q, k, v, out_lse=np.empty(q.shape[:3], np.float16))
+
+
+def test_error_shape_is_not_a_dtype_error():
+    err = expect_error(INVALID, "does not divide", *qkv(hq=8, hk=3))
+    assert not isinstance(err, TypeError)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_error_big_endian(dtype):
+    q, k, v = qkv(dtype=dtype)
+    swapped = k.astype(np.dtype(dtype).newbyteorder(">"))
+    err = expect_dtype_error("big-endian arrays are not supported", q, swapped, v)
+    assert err.message.startswith("k:"), err.message
+    expect_dtype_error("big-endian arrays are not supported", q, k, v,
+                       out=np.empty(q.shape, np.dtype(dtype).newbyteorder(">")))
+    expect_dtype_error("big-endian arrays are not supported", ArrayInterfaceOnly(q.byteswap().view(
+        q.dtype.newbyteorder(">"))), k, v)
+
+
+class RequiresGrad(DLPackOnly):
+    """A DLPack producer flagged like a torch tensor in an autograd graph."""
+    requires_grad = True
+
+
+@pytest.mark.skipif(not hasattr(np.ndarray, "__dlpack__"), reason="numpy < 1.22 has no DLPack")
+def test_error_requires_grad():
+    q, k, v = qkv(b=1, hq=2, nq=6, d=8)
+    err = expect_error(INVALID, "v requires grad", q, k, RequiresGrad(v))
+    assert "no backward" in err.message and "v.detach()" in err.message
+
+
+def test_error_requires_grad_torch():
+    torch = pytest.importorskip("torch")
+    q, k, v = (torch.randn(1, 2, 6, 8) for _ in range(3))
+    q.requires_grad_(True)
+    err = expect_error(INVALID, "q requires grad", q, k, v)
+    assert "no backward" in err.message
+    out = fmha.forward(q.detach(), k, v)  # detached: fine
+    with torch.no_grad():  # no graph is recorded: read as q.detach()
+        torch.testing.assert_close(fmha.forward(q, k, v), out)
 
 
 def test_error_rank():
@@ -364,7 +425,7 @@ def test_error_head_dim_mismatch():
 
 
 def test_error_causal_window_right():
-    expect_error(INVALID, "window_right", *qkv(), causal=True, window=(-1, 2))
+    expect_error(INVALID, "window[1]=2", *qkv(), causal=True, window=(-1, 2))
 
 
 def test_error_bad_options():
@@ -373,7 +434,7 @@ def test_error_bad_options():
     expect_error(INVALID, "window", q, k, v, window=4)
     expect_error(INVALID, "scale", q, k, v, scale=-1.0)
     expect_error(INVALID, "softcap", q, k, v, softcap=float("nan"))
-    expect_error(INVALID, "window_left", q, k, v, window=(-3, -1))
+    expect_error(INVALID, "window[0]=-3", q, k, v, window=(-3, -1))
 
 
 def test_error_unknown_kernel():
@@ -395,7 +456,8 @@ def test_error_out_aliases_input():
 
 def test_error_out_shape_and_readonly():
     q, k, v = qkv()
-    expect_error(INVALID, "o.dims", q, k, v, out=np.empty((2, 4, 33, 32), np.float32))
+    err = expect_error(INVALID, "out.dims[3]=32", q, k, v, out=np.empty((2, 4, 33, 32), np.float32))
+    assert "o.dims" not in err.message
     ro = np.empty(q.shape, np.float32)
     ro.flags.writeable = False
     expect_error(INVALID, "read-only", q, k, v, out=ro)
@@ -411,7 +473,7 @@ def test_error_leaves_outputs_untouched():
     q, k, v = qkv()
     out = poisoned(q.shape, np.float32)
     lse = poisoned(q.shape[:3], np.float32)
-    expect_error(INVALID, "window_right", q, k, v, causal=True, window=(-1, 1), out=out,
+    expect_error(INVALID, "window[1]", q, k, v, causal=True, window=(-1, 1), out=out,
                  out_lse=lse)
     assert np.all(np.isnan(out)) and np.all(np.isnan(lse))
 
@@ -421,9 +483,9 @@ def test_error_not_an_array():
 
 
 def test_error_handles():
-    with pytest.raises(fmha.Error) as e:
+    with pytest.raises(ValueError) as e:
         fmha.Handle("tpu")
-    assert e.value.status == INVALID
+    assert isinstance(e.value, fmha.Error) and e.value.status == INVALID
     try:
         fmha.Handle("cuda", 0).close()
     except fmha.Error as err:  # built without CUDA, or no GPU here

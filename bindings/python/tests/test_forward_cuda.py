@@ -228,8 +228,12 @@ def test_cuda_default_outputs_are_torch_tensors():
 
 def test_cuda_requires_grad_inputs():
     q, k, v = (x.requires_grad_() for x in qkv(b=1, hq=2, nq=64, d=64, dtype=torch.float32))
-    o = fmha.forward(q, k, v)
-    assert not o.requires_grad  # a forward only; nothing is recorded
+    with pytest.raises(fmha.InvalidArgumentError) as e:  # fmha has no backward
+        fmha.forward(q, k, v)
+    assert "q requires grad" in e.value.message
+    with torch.no_grad():  # no graph recorded: the tensors are read as detached views
+        o = fmha.forward(q, k, v)
+    assert not o.requires_grad
     torch.testing.assert_close(o, torch.nn.functional.scaled_dot_product_attention(
         q.detach(), k.detach(), v.detach()), atol=1e-5, rtol=1e-5)
 
