@@ -6,7 +6,11 @@
 # A test counts as skipped when its SKIP_REGULAR_EXPRESSION matched, which is
 # why the tests that skip by exit code also set one.
 #   cmake -DLOG=<build>/Testing/Temporary/LastTest.log -P print_skipped.cmake
-if(NOT EXISTS "${LOG}")
+# While ctest runs (the post-test command included), this run's log is
+# LastTest.log.tmp; LastTest.log is still the previous run's.
+if(EXISTS "${LOG}.tmp")
+  set(LOG "${LOG}.tmp")
+elseif(NOT EXISTS "${LOG}")
   return()
 endif()
 file(STRINGS "${LOG}" lines ENCODING UTF-8)
