@@ -173,3 +173,14 @@ TEST_CASE("parallel_for: argument checks and a broken parallel-for") {
   CHECK(user >= 1);
   fmha_destroy(h);
 }
+
+TEST_CASE("parallel_for: CUDA handles accept it and ignore it") {
+  fmha_handle h = nullptr;
+  if (fmha_create(&h, FMHA_DEVICE_CUDA, 0) != FMHA_SUCCESS) return;  // no GPU here: nothing to check
+  int calls = 0;
+  CHECK(fmha_set_parallel_for(h, reverse_serial, &calls) == FMHA_SUCCESS);
+  CHECK(fmha_set_parallel_for(h, nullptr, nullptr) == FMHA_SUCCESS);
+  CHECK(fmha_set_parallel_for(h, nullptr, &calls) == FMHA_ERROR_INVALID_ARGUMENT);  // checked on every handle
+  CHECK(calls == 0);
+  fmha_destroy(h);
+}

@@ -6,7 +6,8 @@
 #   subdir        static libfmha (the default when vendored), FMHA_INSTALL off:
 #                 the installed program needs nothing of fmha's
 #   fetchcontent  BUILD_SHARED_LIBS=ON and FMHA_INSTALL=ON: libfmha.so, the
-#                 header and the CMake package install beside the program
+#                 header and the CMake package install beside the program, and
+#                 the parent exports a library of its own that links fmha
 #   package       fmha installed from this build, then find_package()
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
@@ -45,9 +46,11 @@ if(ROUTE STREQUAL "subdir")
     message(FATAL_ERROR "FMHA_INSTALL is off when vendored, but fmha installed files into ${prefix}")
   endif()
 elseif(ROUTE STREQUAL "fetchcontent")
-  if(NOT shared OR NOT config OR NOT EXISTS ${prefix}/include/fmha/fmha.h)
+  if(NOT shared OR NOT config OR NOT EXISTS ${prefix}/include/fmha/fmha.h
+     OR NOT EXISTS ${prefix}/lib/cmake/parent/parentTargets.cmake)
     message(FATAL_ERROR "FMHA_INSTALL=ON with BUILD_SHARED_LIBS=ON: libfmha.so, fmhaConfig.cmake and "
-                        "fmha/fmha.h should be in ${prefix} (found: '${shared}' '${config}')")
+                        "fmha/fmha.h (and the parent's parentTargets.cmake) should be in ${prefix} "
+                        "(found: '${shared}' '${config}')")
   endif()
 endif()
 
