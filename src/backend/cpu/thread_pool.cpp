@@ -180,8 +180,6 @@ int ThreadPool::size() const {
   return slots_ ? slots_->count : static_cast<int>(impl_->threads.size()) + 1;
 }
 
-bool ThreadPool::external() const { return slots_ != nullptr; }
-
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int)>& fn) {
   if (n <= 0) return;
   if (slots_) {

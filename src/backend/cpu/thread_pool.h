@@ -41,7 +41,6 @@ class ThreadPool {
 
   // Threads actually running, counting the caller; or the worker slots.
   int size() const;
-  bool external() const;
   // Throws CallerError (FMHA_ERROR_INVALID_ARGUMENT) when the caller's
   // parallel-for ran an index outside [0, n), or fewer than n tasks.
   void parallel_for(int64_t n, const std::function<void(int64_t item, int worker)>& fn);
