@@ -103,6 +103,18 @@ static void contiguous(fmha_tensor* t, void* data, fmha_dtype dtype, int64_t b, 
   t->strides[3] = 1; t->strides[2] = d; t->strides[1] = n * d; t->strides[0] = h * n * d;
 }
 
+/* Why auto fell back to the CPU, in a user's words; fmha's message, which
+ * carries the CUDA runtime's text, is printed below it. */
+static const char* no_gpu_reason(void) {
+#if FMHA_EXAMPLE_CUDA
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0) return "no NVIDIA driver found";
+  return "no usable CUDA device";
+#else
+  return "this fmha was built without CUDA";
+#endif
+}
+
 int main(int argc, char** argv) {
   const char* device = "auto";
   int64_t n = 0, heads = 32;
@@ -129,7 +141,7 @@ int main(int argc, char** argv) {
     } else if (!strcmp(device, "cuda")) {
       return check(s, "fmha_create(CUDA)");
     } else {
-      printf("no CUDA device (%s); using the CPU backend\n", fmha_last_error_message());
+      printf("%s — running on the CPU backend\n  (fmha_create: %s)\n", no_gpu_reason(), fmha_last_error_message());
     }
   }
   if (kind == FMHA_DEVICE_CPU && check(fmha_create(&h, FMHA_DEVICE_CPU, 0), "fmha_create(CPU)")) return 1;

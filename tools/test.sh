@@ -11,23 +11,12 @@ sanitize=1
 [ "${1:-}" = "--no-sanitize" ] && sanitize=0
 "$root/tools/deps.sh" test
 
-# run_ctest DIR [ARGS...]: ctest, then why each skipped test skipped: ctest
-# shows only "***Skipped"; the reason is the first line of the test's output
-# that mentions a skip, in ctest's Testing/Temporary/LastTest.log.
+# run_ctest DIR [ARGS...]: ctest; it ends by listing each skipped test with
+# its reason (cmake/print_skipped.cmake, run as ctest's post-test command).
 run_ctest() {
-  local dir=$1 out name reason
+  local dir=$1
   shift
-  out=$(mktemp)
-  ctest --test-dir "$dir" --output-on-failure -j"$jobs" "$@" | tee "$out"
-  sed -n 's/^[[:space:]]*[0-9][0-9]* - \(.*\) (Skipped)$/\1/p' "$out" | while IFS= read -r name; do
-    reason=$(awk -v t="$name" '
-      /^[0-9]+\/[0-9]+ Test: / { n = $0; sub(/^[0-9]+\/[0-9]+ Test: /, "", n); mine = (n == t); next }
-      mine && /^Output:$/ { getline; out = 1; next }
-      /^<end of output>$/ { out = mine = 0 }
-      out && tolower($0) ~ /skip/ { print; exit }' "$dir/Testing/Temporary/LastTest.log")
-    echo "skipped: $name: ${reason:-(no reason printed)}"
-  done
-  rm -f "$out"
+  ctest --test-dir "$dir" --output-on-failure -j"$jobs" "$@"
 }
 
 start=$(date +%s)

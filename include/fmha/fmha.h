@@ -218,6 +218,31 @@ FMHA_API fmha_status fmha_set_stream(fmha_handle handle, void* cuda_stream);
  * fmha_create likewise runs with what it could start. */
 FMHA_API fmha_status fmha_set_num_threads(fmha_handle handle, int num_threads);
 
+/* A caller's parallel-for, for engines that own their threads: it runs
+ * task(ctx, i) exactly once for every i in [0, count), on any threads in any
+ * order, and returns when all have finished. user is the pointer given to
+ * fmha_set_parallel_for. The tasks never throw, never wait on each other and
+ * never call back into the job system. */
+typedef void (*fmha_parallel_for_fn)(void* user, int64_t count,
+                                     void (*task)(void* ctx, int64_t index),
+                                     void* ctx);
+
+/* CPU handles: later forwards run their work items through fn (called from
+ * the thread that calls fmha_forward, once or more per forward) instead of
+ * fmha's own worker threads, which are stopped. fn = NULL (with user = NULL) restores fmha's threads.
+ * Results are bitwise identical either way, whatever threads and order fn
+ * uses. fmha_set_num_threads still sets how many tasks compute at once (the
+ * per-thread scratch the workspace holds; 0 = one per hardware thread): when
+ * fn runs more tasks at once than that, the extra ones wait for a slot. A
+ * forward whose fn ran fewer tasks than count, or an index outside
+ * [0, count), returns FMHA_ERROR_INVALID_ARGUMENT (its output is then
+ * unspecified). CUDA handles have no CPU work items: they accept any fn and
+ * ignore it (FMHA_SUCCESS). Errors: handle NULL, or user non-NULL with fn
+ * NULL (FMHA_ERROR_INVALID_ARGUMENT); FMHA_ERROR_OUT_OF_MEMORY when restoring
+ * fmha's threads cannot start them (the handle keeps fn). */
+FMHA_API fmha_status fmha_set_parallel_for(fmha_handle handle,
+                                           fmha_parallel_for_fn fn, void* user);
+
 /* ---- forward ----------------------------------------------------------- */
 
 /* The workspace fmha_forward needs for these params on this handle, in

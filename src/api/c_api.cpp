@@ -134,7 +134,11 @@ fmha_status fmha_set_num_threads(fmha_handle handle, int num_threads) {
       return fail(kInvalid, "num_threads=%d must be in [0, %d]", num_threads, kMaxThreads);
     if (handle->device.kind != FMHA_DEVICE_CPU) return FMHA_SUCCESS;
     const int n = resolve_threads(num_threads);
-    if (n != handle->device.num_threads) {
+    if (handle->parallel_for != nullptr) {
+      // The caller's parallel-for: n worker slots, no threads to start.
+      handle->pool = std::make_unique<fmha::ThreadPool>(n, handle->parallel_for, handle->parallel_for_user);
+      handle->device.num_threads = handle->pool->size();
+    } else if (n != handle->device.num_threads) {
       // An explicit count is all or nothing: when a thread cannot start, the
       // pool throws std::bad_alloc (FMHA_ERROR_OUT_OF_MEMORY) and the handle
       // keeps its old pool. The automatic count takes what it can get.
@@ -143,6 +147,30 @@ fmha_status fmha_set_num_threads(fmha_handle handle, int num_threads) {
       handle->pool = std::move(pool);
       handle->device.num_threads = handle->pool->size();
     }
+    handle->requested_threads = num_threads;
+    return FMHA_SUCCESS;
+  });
+}
+
+fmha_status fmha_set_parallel_for(fmha_handle handle, fmha_parallel_for_fn fn, void* user) {
+  return guard("fmha_set_parallel_for", [&]() -> fmha_status {
+    if (handle == nullptr) return fail(kInvalid, "handle is NULL");
+    if (fn == nullptr && user != nullptr)
+      return fail(kInvalid, "user=%p given with fn=NULL (fn=NULL restores fmha's threads; pass user=NULL)",
+                  user);
+    if (handle->device.kind != FMHA_DEVICE_CPU) return FMHA_SUCCESS;  // no CPU work items
+    const int n = resolve_threads(handle->requested_threads);
+    if (fn != nullptr) {
+      // fmha's threads stop here (the old pool joins them); n worker slots.
+      handle->pool = std::make_unique<fmha::ThreadPool>(n, fn, user);
+    } else if (handle->parallel_for != nullptr) {
+      // Back to fmha's threads, as fmha_set_num_threads would start them.
+      handle->pool = std::make_unique<fmha::ThreadPool>(
+          n, handle->requested_threads == 0 ? fmha::ThreadPool::kAllowFewer : fmha::ThreadPool::kAllOrNothing);
+    }
+    handle->device.num_threads = handle->pool->size();
+    handle->parallel_for = fn;
+    handle->parallel_for_user = user;
     return FMHA_SUCCESS;
   });
 }

@@ -18,6 +18,8 @@ fmha_status guard(const char* entry, Body&& body) noexcept {
     return s;
   } catch (const std::bad_alloc&) {
     return fail(FMHA_ERROR_OUT_OF_MEMORY, "%s: out of host memory", entry);
+  } catch (const CallerError& e) {
+    return fail(e.status, "%s: %s", entry, e.what);
   } catch (const DeviceError& e) {
     return fail(FMHA_ERROR_DEVICE, "%s: CUDA error %d: %s", entry, e.code, e.what);
   } catch (const std::exception& e) {

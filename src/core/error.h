@@ -34,4 +34,12 @@ struct DeviceError {
   const char* what;
 };
 
+// Thrown where something the caller supplied broke its contract deep inside a
+// helper that cannot return a status (the parallel-for function of
+// fmha_set_parallel_for); guard() maps it to `status` with this message.
+struct CallerError {
+  fmha_status status;
+  char what[192];
+};
+
 }  // namespace fmha

@@ -461,6 +461,11 @@ void side_calls(Bytes& in) {
   if (s == FMHA_SUCCESS) {
     checked(fmha_set_num_threads(h, static_cast<int>(in.u32() % 5) - 1), "fmha_set_num_threads");
     checked(fmha_set_stream(h, in.below(2) ? nullptr : reinterpret_cast<void*>(0x20)), "fmha_set_stream");
+    // fmha_set_parallel_for (no input bytes, so the corpus reads as before):
+    // a user without fn is refused on every handle; NULL restores the pool.
+    if (checked(fmha_set_parallel_for(h, nullptr, &in), "fmha_set_parallel_for") != FMHA_ERROR_INVALID_ARGUMENT)
+      violated("fmha_set_parallel_for accepted user without fn");
+    checked(fmha_set_parallel_for(h, nullptr, nullptr), "fmha_set_parallel_for");
     fmha_destroy(h);
   }
   const int idx = static_cast<int>(in.u32());

@@ -24,6 +24,11 @@ TEST_CASE("guard maps exceptions to statuses") {
   CHECK(guard("entry", []() -> fmha_status { throw std::runtime_error("boom"); }) == FMHA_ERROR_INTERNAL);
   CHECK(std::string(fmha::last_error()) == "entry: boom");
 
+  CHECK(guard("entry", []() -> fmha_status {
+          throw fmha::CallerError{FMHA_ERROR_INVALID_ARGUMENT, "callback ran 1 of 2"};
+        }) == FMHA_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(fmha::last_error()) == "entry: callback ran 1 of 2");
+
   CHECK(guard("entry", []() -> fmha_status { throw 42; }) == FMHA_ERROR_INTERNAL);
   CHECK(std::string(fmha::last_error()) == "entry: unknown exception");
 

@@ -1,4 +1,5 @@
-# Builds and runs tests/package/consumer four ways. Invoked by ctest with
+# Builds and runs tests/package/consumer three ways (add_subdirectory and
+# FetchContent are run_parent.cmake's). Invoked by ctest with
 # FMHA_BINARY_DIR, FMHA_SOURCE_DIR, WORK_DIR, GENERATOR, C/CXX_COMPILER.
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
@@ -41,13 +42,7 @@ else()
   message(STATUS "pkg-config not found: pkg-config consumer skipped")
 endif()
 
-# 3. add_subdirectory() of the source tree (CPU-only, as engines vendor it).
-step(${CMAKE_COMMAND} -S ${here}/subdir -B ${WORK_DIR}/subdir -G ${GENERATOR} ${compilers}
-     -DFMHA_SOURCE_DIR=${FMHA_SOURCE_DIR} -DCMAKE_BUILD_TYPE=Release)
-step(${CMAKE_COMMAND} --build ${WORK_DIR}/subdir)
-step(${WORK_DIR}/subdir/consumer)
-
-# 4. a static libfmha.a (CPU only), installed, then found by find_package():
+# 3. a static libfmha.a (CPU only), installed, then found by find_package():
 #    its config must bring the private dependencies (threads) along.
 set(static_prefix ${WORK_DIR}/static-prefix)
 step(${CMAKE_COMMAND} -S ${FMHA_SOURCE_DIR} -B ${WORK_DIR}/static-build -G ${GENERATOR} ${compilers}

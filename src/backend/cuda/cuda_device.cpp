@@ -18,6 +18,11 @@ fmha_status query_device(int ordinal, DeviceInfo* info) {
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error
+    // No driver at all reads as "driver version is insufficient" from the
+    // runtime; the driver version 0 says what it really is.
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0)
+      return fail(FMHA_ERROR_NOT_AVAILABLE, "no NVIDIA driver found (CUDA: %s)", cudaGetErrorString(err));
     return fail(FMHA_ERROR_NOT_AVAILABLE, "no CUDA device available: %s", cudaGetErrorString(err));
   }
   if (ordinal < 0 || ordinal >= count)

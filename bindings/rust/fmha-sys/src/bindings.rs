@@ -420,6 +420,23 @@ extern "C" {
         num_threads: ::std::os::raw::c_int,
     ) -> fmha_status;
 }
+pub type fmha_parallel_for_fn = ::std::option::Option<
+    unsafe extern "C" fn(
+        user: *mut ::std::os::raw::c_void,
+        count: i64,
+        task: ::std::option::Option<
+            unsafe extern "C" fn(ctx: *mut ::std::os::raw::c_void, index: i64),
+        >,
+        ctx: *mut ::std::os::raw::c_void,
+    ),
+>;
+extern "C" {
+    pub fn fmha_set_parallel_for(
+        handle: fmha_handle,
+        fn_: fmha_parallel_for_fn,
+        user: *mut ::std::os::raw::c_void,
+    ) -> fmha_status;
+}
 extern "C" {
     pub fn fmha_forward_workspace_size(
         handle: fmha_handle,
