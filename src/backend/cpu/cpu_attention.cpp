@@ -272,6 +272,16 @@ FMHA_CPU_INLINE void store_row(const float* src, float mul, int64_t n, fmha_dtyp
   }
 }
 
+// A hint to bring the cache line of p in for reading; nothing where the
+// compiler has no such builtin.
+FMHA_CPU_INLINE void prefetch_read(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 3);
+#else
+  (void)p;
+#endif
+}
+
 // ---- math -----------------------------------------------------------------------
 
 // e^x for x <= 0 (the only arguments the softmax makes: s - m' <= 0), with
@@ -366,13 +376,59 @@ FMHA_CPU_INLINE void gemm_rows(const float* a, int64_t a_row, int64_t a_k, const
                             kRescale ? row_scale + i : nullptr);
 }
 
-// s[j * lds + r] = sum_d k[j * ldk + d] * q[r * ldq + d] for j < nk keys and
-// r < kR rows, d over [0, dp) (dp a multiple of kLanes; the padding of k and
-// q is zero). Each (key, row) sums kLanes-wide partial products, then folds
-// the lanes in a fixed tree, so the result does not depend on the caller.
+// s[r * lds + j] = sum_d k[j * ldk + d] * q[r * ldq + d] for j < kKeys keys
+// and r < kR rows, d over [0, dp) (dp a multiple of kLanes; the padding of k
+// and q is zero). Each (key, row) sums kLanes-wide partial products, then
+// folds the lanes in a fixed tree (halves into separate arrays, which the
+// compiler keeps in registers), so the result does not depend on the caller.
+//
+// With GCC 12+ or Clang the lanes are a generic vector type, which keeps
+// the accumulators in registers (fixed-width float arrays, the gemm_strip
+// idiom, stayed in memory here because of the fold: every FMA went through
+// the stack) and folds with two half-width adds; elsewhere, plain arrays.
+// Both fold in the same order.
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+#define FMHA_CPU_VECTOR_LANES 1
+typedef float LanesF __attribute__((vector_size(kLanes * sizeof(float))));
+typedef float HalfF __attribute__((vector_size(kLanes / 2 * sizeof(float))));
+typedef float QuarterF __attribute__((vector_size(kLanes / 4 * sizeof(float))));
+
+// Vectors go by reference only: passed by value they change the calling
+// convention between the ISA variants (GCC's -Wpsabi).
+FMHA_CPU_INLINE void load_lanes(const float* p, LanesF& v) { std::memcpy(&v, p, sizeof v); }
+
+// (h[x] = a[x] + a[x + 8], q[x] = h[x] + h[x + 4]), then (q0 + q2) + (q1 + q3).
+FMHA_CPU_INLINE float fold_lanes(const LanesF& a) {
+  const HalfF h = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+                  __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+  const QuarterF q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
 template <int64_t kKeys, int64_t kR>
 FMHA_CPU_INLINE void dot_strip(const float* k, int64_t ldk, const float* q, int64_t ldq, float* s, int64_t lds,
                                int64_t dp) {
+  static_assert(kLanes == 16, "fold_lanes is written for 16 lanes");
+  LanesF acc[kKeys][kR];
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) acc[j][r] = LanesF{};
+  for (int64_t d = 0; d < dp; d += kLanes) {
+    LanesF kv[kKeys];
+    for (int64_t j = 0; j < kKeys; ++j) load_lanes(k + j * ldk + d, kv[j]);
+    for (int64_t r = 0; r < kR; ++r) {
+      LanesF qv;
+      load_lanes(q + r * ldq + d, qv);
+      for (int64_t j = 0; j < kKeys; ++j) acc[j][r] += kv[j] * qv;
+    }
+  }
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) s[r * lds + j] = fold_lanes(acc[j][r]);
+}
+#else
+template <int64_t kKeys, int64_t kR>
+FMHA_CPU_INLINE void dot_strip(const float* k, int64_t ldk, const float* q, int64_t ldq, float* s, int64_t lds,
+                               int64_t dp) {
+  static_assert(kLanes == 16, "the fold below is written for 16 lanes");
   float acc[kKeys][kR][kLanes];
   for (int64_t j = 0; j < kKeys; ++j)
     for (int64_t r = 0; r < kR; ++r)
@@ -383,28 +439,80 @@ FMHA_CPU_INLINE void dot_strip(const float* k, int64_t ldk, const float* q, int6
         for (int64_t x = 0; x < kLanes; ++x) acc[j][r][x] += k[j * ldk + d + x] * q[r * ldq + d + x];
   for (int64_t j = 0; j < kKeys; ++j)
     for (int64_t r = 0; r < kR; ++r) {
-      float* a = acc[j][r];
-      for (int64_t w = kLanes / 2; w >= 1; w /= 2)
-        for (int64_t x = 0; x < w; ++x) a[x] += a[x + w];
-      s[j * lds + r] = a[0];
+      const float* a = acc[j][r];
+      float h8[8], h4[4];
+      for (int64_t x = 0; x < 8; ++x) h8[x] = a[x] + a[x + 8];
+      for (int64_t x = 0; x < 4; ++x) h4[x] = h8[x] + h8[x + 4];
+      s[r * lds + j] = (h4[0] + h4[2]) + (h4[1] + h4[3]);
     }
 }
+#endif
 
-// dot_strip over keys [0, nk) and rows [0, nr).
+// dot_strip over keys [0, nk) and rows [0, nr): the scores rows x keys.
 FMHA_CPU_INLINE void dot_scores(const float* k, int64_t ldk, const float* q, int64_t ldq, float* s, int64_t lds,
                                 int64_t nk, int64_t nr, int64_t dp) {
   int64_t j = 0;
   for (; j + kDotKeys <= nk; j += kDotKeys) {
     int64_t r = 0;
     for (; r + kDotStripRows <= nr; r += kDotStripRows)
-      dot_strip<kDotKeys, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + j * lds + r, lds, dp);
-    for (; r < nr; ++r) dot_strip<kDotKeys, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + j * lds + r, lds, dp);
+      dot_strip<kDotKeys, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp);
+    for (; r < nr; ++r) dot_strip<kDotKeys, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp);
   }
   for (; j < nk; ++j) {
     int64_t r = 0;
     for (; r + kDotStripRows <= nr; r += kDotStripRows)
-      dot_strip<1, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + j * lds + r, lds, dp);
-    for (; r < nr; ++r) dot_strip<1, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + j * lds + r, lds, dp);
+      dot_strip<1, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp);
+    for (; r < nr; ++r) dot_strip<1, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp);
+  }
+}
+
+// The softmax steps of one tile (seed section 4, as in run_block) for
+// scores stored rows x keys (row r at s + r * lds, keys [0, bc)): every loop
+// runs along one row's keys, and the max and the sum are taken in kLanes
+// lanes folded in a fixed order. Keys outside [c0, c1) of a row are masked
+// first when `edge`.
+FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc, int64_t j0, bool edge,
+                                  const int64_t* lo, const int64_t* hi, float softcap, float inv_softcap, float* m,
+                                  float* l, float* alpha) {
+  for (int64_t r = 0; r < nr; ++r) {
+    float* sr = s + r * lds;
+    if (softcap != 0.f)
+      for (int64_t j = 0; j < bc; ++j) sr[j] = softcap * tanh_softcap(sr[j] * inv_softcap);
+    if (edge) {
+      const int64_t c0 = std::clamp<int64_t>(lo[r] - j0, 0, bc);
+      const int64_t c1 = std::clamp<int64_t>(hi[r] - j0, 0, bc);
+      for (int64_t j = 0; j < bc; ++j) sr[j] = (j >= c0 && j < c1) ? sr[j] : -kInf;
+    }
+    float lane[kLanes];
+    for (int64_t x = 0; x < kLanes; ++x) lane[x] = -kInf;
+    int64_t j = 0;
+    for (; j + kLanes <= bc; j += kLanes)
+      for (int64_t x = 0; x < kLanes; ++x) lane[x] = sr[j + x] > lane[x] ? sr[j + x] : lane[x];
+    float tile_max = -kInf;
+    for (; j < bc; ++j) tile_max = sr[j] > tile_max ? sr[j] : tile_max;
+    for (int64_t x = 0; x < kLanes; ++x) tile_max = lane[x] > tile_max ? lane[x] : tile_max;
+    // m' = max(m, m~), alpha = e^(m - m'), with 0 as the subtrahend while
+    // m' = -inf (see run_block).
+    const float mn = m[r] > tile_max ? m[r] : tile_max;
+    const float ms = mn == -kInf ? 0.f : mn;
+    alpha[r] = exp_nonpositive(m[r] - ms);
+    m[r] = mn;
+    for (int64_t x = 0; x < kLanes; ++x) lane[x] = 0.f;
+    j = 0;
+    for (; j + kLanes <= bc; j += kLanes)
+      for (int64_t x = 0; x < kLanes; ++x) {
+        const float e = exp_nonpositive(sr[j + x] - ms);
+        sr[j + x] = e;
+        lane[x] += e;
+      }
+    float sum = 0.f;
+    for (; j < bc; ++j) {
+      const float e = exp_nonpositive(sr[j] - ms);
+      sr[j] = e;
+      sum += e;
+    }
+    for (int64_t x = 0; x < kLanes; ++x) sum += lane[x];
+    l[r] = alpha[r] * l[r] + sum;
   }
 }
 
@@ -468,11 +576,10 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const int64_t nq = p.seq_q;
   auto i_of = [&](int64_t r) { return packed ? r % nq : i0 + r; };
   auto h_of = [&](int64_t r) { return packed ? h + r / nq : h; };
-  // Scores as dot products (few packed rows, Q row-major in qt) or as the
-  // padded product (Q^T in qt); ns rows go through the softmax passes.
+  // Scores as dot products (few packed rows: Q row-major in qt, S rows x
+  // keys) or as the padded product (Q^T in qt, S keys x rows).
   const bool dot = packed && nr <= kDotRows;
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
-  const int64_t ns = dot ? nr : np;
 
   char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
   float* qt = at_offset<float>(base, L.qt);
@@ -561,7 +668,21 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
 
     // Stream the tile in: one FP32 copy of K and of V rows j0..j0+bc, shared
     // by every row of the block.
+    // While it converts, the next tile's rows are prefetched: a decode block
+    // does little work per key, and without this the conversion waits on
+    // memory (perf: a third of the time on the first use of each load).
+    const int64_t next_bc = t + 1 < tiles.t_end ? std::min((t + 2) * L.keys, block_hi) - (t + 1) * L.keys : 0;
+    const bool prefetch = k.stride[3] == 1 && v.stride[3] == 1;
     for (int64_t j = 0; j < bc; ++j) {
+      if (prefetch && j < next_bc) {
+        const int64_t jn = (t + 1) * L.keys + j;
+        const char* kn = static_cast<const char*>(k.data) + (k_base + jn * k.stride[2]) * dtype_size(dt);
+        const char* vn = static_cast<const char*>(v.data) + (v_base + jn * v.stride[2]) * dtype_size(dt);
+        for (int64_t at = 0; at < D * dtype_size(dt); at += kAlignBytes) {
+          prefetch_read(kn + at);
+          prefetch_read(vn + at);
+        }
+      }
       load_row(static_cast<const char*>(k.data) + (k_base + (j0 + j) * k.stride[2]) * dtype_size(dt),
                k.stride[3], D, dt, kt + j * DP);
       load_row(static_cast<const char*>(v.data) + (v_base + (j0 + j) * v.stride[2]) * dtype_size(dt),
@@ -580,76 +701,83 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       for (int64_t d = 0; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
     }
 
-    // S = K_tile . (scale Q)^T, keys x rows.
-    if (dot)
-      dot_scores(kt, DP, qt, DP, s, BR, bc, nr, DP);
-    else
+    const bool edge = j0 < full_lo || j0 + bc > full_hi;
+    if (dot) {
+      // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
+      dot_scores(kt, DP, qt, DP, s, L.keys, bc, nr, DP);
+      softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, m, l, alpha);
+    } else {
+      // S = K_tile . (scale Q)^T, keys x rows.
       gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
 
-    // Softcap acts on the scaled logits, before the mask and the max, so
-    // lse and the softmax both see the capped values.
-    if (softcap != 0.f)
-      for (int64_t j = 0; j < bc; ++j)
-        for (int64_t r = 0; r < ns; ++r) s[j * BR + r] = softcap * tanh_softcap(s[j * BR + r] * inv_softcap);
+      // Softcap acts on the scaled logits, before the mask and the max, so
+      // lse and the softmax both see the capped values.
+      if (softcap != 0.f)
+        for (int64_t j = 0; j < bc; ++j)
+          for (int64_t r = 0; r < np; ++r) s[j * BR + r] = softcap * tanh_softcap(s[j * BR + r] * inv_softcap);
 
-    // The mask goes in before the tile max (seed section 6): a masked score
-    // that reached the max could make m' too large (underflowing every
-    // visible e^(s - m')) or, for a row with no visible key, finite. Only
-    // tiles across an edge of some row's range get here.
-    if (j0 < full_lo || j0 + bc > full_hi) {
-      for (int64_t r = 0; r < ns; ++r) {
-        c0[r] = static_cast<int32_t>(std::clamp<int64_t>(lo[r] - j0, 0, bc));
-        c1[r] = static_cast<int32_t>(std::clamp<int64_t>(hi[r] - j0, 0, bc));
+      // The mask goes in before the tile max (seed section 6): a masked score
+      // that reached the max could make m' too large (underflowing every
+      // visible e^(s - m')) or, for a row with no visible key, finite. Only
+      // tiles across an edge of some row's range get here.
+      if (edge) {
+        for (int64_t r = 0; r < np; ++r) {
+          c0[r] = static_cast<int32_t>(std::clamp<int64_t>(lo[r] - j0, 0, bc));
+          c1[r] = static_cast<int32_t>(std::clamp<int64_t>(hi[r] - j0, 0, bc));
+        }
+        for (int64_t j = 0; j < bc; ++j) {
+          const int32_t jj = static_cast<int32_t>(j);
+          float* sj = s + j * BR;
+          for (int64_t r = 0; r < np; ++r) sj[r] = (jj >= c0[r] && jj < c1[r]) ? sj[r] : -kInf;
+        }
       }
+
+      // m~ = max_j s_j over the tile.
+      for (int64_t r = 0; r < np; ++r) tile_max[r] = -kInf;
       for (int64_t j = 0; j < bc; ++j) {
-        const int32_t jj = static_cast<int32_t>(j);
+        const float* sj = s + j * BR;
+        for (int64_t r = 0; r < np; ++r) tile_max[r] = sj[r] > tile_max[r] ? sj[r] : tile_max[r];
+      }
+      // m' = max(m, m~); alpha = e^(m - m'). A row that has seen no visible
+      // key yet keeps m' = -inf; it uses 0 as the subtrahend instead, so
+      // e^(-inf - 0) = 0 for its masked scores and its (zero) old state
+      // rather than e^(-inf - -inf) = NaN.
+      for (int64_t r = 0; r < np; ++r) {
+        const float mn = m[r] > tile_max[r] ? m[r] : tile_max[r];
+        const float ms = mn == -kInf ? 0.f : mn;
+        alpha[r] = exp_nonpositive(m[r] - ms);
+        m_safe[r] = ms;
+        m[r] = mn;
+        tile_sum[r] = 0.f;
+      }
+      // P = e^(s - m') in place of S, and its row sums: sum_j e^(s_j - m')
+      // is the seed's beta * l~ (the tile sum taken directly against the new
+      // max), so l = alpha l + sum P.
+      for (int64_t j = 0; j < bc; ++j) {
         float* sj = s + j * BR;
-        for (int64_t r = 0; r < ns; ++r) sj[r] = (jj >= c0[r] && jj < c1[r]) ? sj[r] : -kInf;
+        for (int64_t r = 0; r < np; ++r) {
+          const float e = exp_nonpositive(sj[r] - m_safe[r]);
+          sj[r] = e;
+          tile_sum[r] += e;
+        }
       }
+      for (int64_t r = 0; r < np; ++r) l[r] = alpha[r] * l[r] + tile_sum[r];
     }
-
-    // m~ = max_j s_j over the tile.
-    for (int64_t r = 0; r < ns; ++r) tile_max[r] = -kInf;
-    for (int64_t j = 0; j < bc; ++j) {
-      const float* sj = s + j * BR;
-      for (int64_t r = 0; r < ns; ++r) tile_max[r] = sj[r] > tile_max[r] ? sj[r] : tile_max[r];
-    }
-    // m' = max(m, m~); alpha = e^(m - m'). A row that has seen no visible
-    // key yet keeps m' = -inf; it uses 0 as the subtrahend instead, so
-    // e^(-inf - 0) = 0 for its masked scores and its (zero) old state
-    // rather than e^(-inf - -inf) = NaN.
-    for (int64_t r = 0; r < ns; ++r) {
-      const float mn = m[r] > tile_max[r] ? m[r] : tile_max[r];
-      const float ms = mn == -kInf ? 0.f : mn;
-      alpha[r] = exp_nonpositive(m[r] - ms);
-      m_safe[r] = ms;
-      m[r] = mn;
-      tile_sum[r] = 0.f;
-    }
-    // P = e^(s - m') in place of S, and its row sums: sum_j e^(s_j - m')
-    // is the seed's beta * l~ (the tile sum taken directly against the new
-    // max), so l = alpha l + sum P.
-    for (int64_t j = 0; j < bc; ++j) {
-      float* sj = s + j * BR;
-      for (int64_t r = 0; r < ns; ++r) {
-        const float e = exp_nonpositive(sj[r] - m_safe[r]);
-        sj[r] = e;
-        tile_sum[r] += e;
-      }
-    }
-    for (int64_t r = 0; r < ns; ++r) l[r] = alpha[r] * l[r] + tile_sum[r];
 
     // o = alpha o + P . V_tile: the old o is rescaled to the new max as it
     // is loaded into the accumulators, before the current tile's PV is
-    // added (seed section 6: the other order mixes two scales).
+    // added (seed section 6: the other order mixes two scales). P is keys x
+    // rows (s_key = BR, s_row = 1) or, dot, rows x keys.
+    const int64_t s_key = dot ? 1 : BR;
+    const int64_t s_row = dot ? L.keys : 1;
     if (!v_nonfinite) {
-      gemm_rows<kRows, true>(s, 1, BR, vt, DP, o, DP, nr, DP, bc, alpha);
+      gemm_rows<kRows, true>(s, s_row, s_key, vt, DP, o, DP, nr, DP, bc, alpha);
     } else {
       for (int64_t r = 0; r < nr; ++r) {
         float* orow = o + r * DP;
         for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
         for (int64_t j = 0; j < bc; ++j) {
-          const float pj = s[j * BR + r];
+          const float pj = s[j * s_key + r * s_row];
           if (pj == 0.f) continue;
           const float* vj = vt + j * DP;
           for (int64_t x = 0; x < DP; ++x) orow[x] += pj * vj[x];
