@@ -379,8 +379,8 @@ FMHA_CPU_INLINE void gemm_rows(const float* a, int64_t a_row, int64_t a_k, const
 // s[r * lds + j] = sum_d k[j * ldk + d] * q[r * ldq + d] for j < kKeys keys
 // and r < kR rows, d over [0, dp) (dp a multiple of kLanes; the padding of k
 // and q is zero). Each (key, row) sums kLanes-wide partial products, then
-// folds the lanes in a fixed tree (halves into separate arrays, which the
-// compiler keeps in registers), so the result does not depend on the caller.
+// folds the lanes in a fixed tree, so the result does not depend on the
+// caller.
 //
 // With GCC 12+ or Clang the lanes are a generic vector type, which keeps
 // the accumulators in registers (fixed-width float arrays, the gemm_strip
@@ -388,7 +388,6 @@ FMHA_CPU_INLINE void gemm_rows(const float* a, int64_t a_row, int64_t a_k, const
 // the stack) and folds with two half-width adds; elsewhere, plain arrays.
 // Both fold in the same order.
 #if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
-#define FMHA_CPU_VECTOR_LANES 1
 typedef float LanesF __attribute__((vector_size(kLanes * sizeof(float))));
 typedef float HalfF __attribute__((vector_size(kLanes / 2 * sizeof(float))));
 typedef float QuarterF __attribute__((vector_size(kLanes / 4 * sizeof(float))));
@@ -469,8 +468,8 @@ FMHA_CPU_INLINE void dot_scores(const float* k, int64_t ldk, const float* q, int
 // The softmax steps of one tile (seed section 4, as in run_block) for
 // scores stored rows x keys (row r at s + r * lds, keys [0, bc)): every loop
 // runs along one row's keys, and the max and the sum are taken in kLanes
-// lanes folded in a fixed order. Keys outside [c0, c1) of a row are masked
-// first when `edge`.
+// lanes folded in a fixed order. When `edge`, keys outside row r's
+// [lo[r], hi[r]) are masked first.
 FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc, int64_t j0, bool edge,
                                   const int64_t* lo, const int64_t* hi, float softcap, float inv_softcap, float* m,
                                   float* l, float* alpha) {
