@@ -68,11 +68,11 @@ void check_cases(const std::vector<ft::AttentionCase>& cases) {
 // Decode shapes: Hq=32 query heads over Hk=8 kv heads, Nq = 1..8, and Nk
 // long enough that the backend cuts each kv group's keys into several splits
 // (it does from 16 key tiles of 64 up: 1100 keys give 2 splits of a group
-// for B=1 Hk=8, 4100 keys give 8; 8320 keys give 16 splits of 9 tiles, the
-// last one empty). Causal bottom-right (the decode step), left windows whose
-// band still spans several splits, a two-sided window without causal, every
-// dtype; head dims 128, 64 and 80 (80: the padded dot product), softcap, lse
-// on and off, a BNHD layout and a batch of 2.
+// for B=1 Hk=8, 4100 keys give 8). Causal bottom-right (the decode step),
+// left windows whose band still spans several splits, a two-sided window
+// without causal, every dtype; head dims 128, 64 and 80 (80: the padded dot
+// product), softcap, lse on and off, a BNHD layout, a batch of 2 and a split
+// with no keys.
 std::vector<ft::AttentionCase> cases_decode() {
   std::vector<ft::AttentionCase> out;
   ft::AttentionCase base;
@@ -115,9 +115,14 @@ std::vector<ft::AttentionCase> cases_decode() {
     c.layout = ft::Layout::kBNHD;
     out.push_back(c);
   }
-  ft::AttentionCase c = base;  // an empty trailing split: 130 tiles cut 16 ways
+  // An empty trailing split: B x Hk = 2 asks for 64 splits; a dot-product
+  // block streams 16-key tiles, and 2561 of them cut 64 ways are 62 runs of
+  // 41, one of 19 and one of none.
+  ft::AttentionCase c = base;
   c.dtype = FMHA_DTYPE_F16;
-  c.seq_k = 130 * 64;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.seq_k = 2561 * 16;
   out.push_back(c);
   return out;
 }

@@ -119,12 +119,21 @@ constexpr TileShape tile_shape(int64_t head_dim) {
 // 4 rows to 32, 8x the score work. The dot strip is kDotKeys keys x
 // kDotStripRows rows of accumulators.
 constexpr int64_t kDotRows = 16;
+// Dot-product blocks stream kDotTileKeys keys per tile (the scratch keeps
+// room for the layout's L.keys): their FP32 K and V tiles then stay in L1
+// (16 keys x 128 x 4 B x 2 = 16 KiB at D = 128) between the conversion, the
+// scores and P.V. bench_cpu --decode --nk 16384 --dtype bf16, 1 / 2 threads:
+// 64 keys 5.7 / 3.1 ms, 32 keys 5.2-5.4 / 2.8-3.0, 16 keys 4.8-5.0 / 2.5-3.0;
+// prefetching 2 or 4 tiles ahead instead of 1 was no better.
+constexpr int64_t kDotTileKeys = 16;
+static_assert(kDotTileKeys <= 32, "a dot-product tile must fit the scratch of every tile_shape");
 constexpr int64_t kLanes = 16;
 constexpr int64_t kDotKeys = 2;
 constexpr int64_t kDotStripRows = 4;
 
 // Key splits of a packed block: enough work items for kSplitTargetItems
 // (batch x kv heads x splits), each split at least kMinSplitTiles key tiles
+// of tile_shape's size
 // (so the merge and the per-split Q load stay small beside the keys), at
 // most kMaxSplits. None of this reads the thread count: results must not
 // depend on it.
@@ -578,6 +587,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // Scores as dot products (few packed rows: Q row-major in qt, S rows x
   // keys) or as the padded product (Q^T in qt, S keys x rows).
   const bool dot = packed && nr <= kDotRows;
+  const int64_t KT = dot ? kDotTileKeys : L.keys;  // keys per streamed tile
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
 
   char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
@@ -605,12 +615,12 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     hi[r] = kr.hi;
   }
   // The block's key tiles, as every backend cuts them (core/key_tiles.h):
-  // tiles of L.keys keys aligned to multiples of L.keys, clipped to the keys
+  // tiles of KT keys aligned to multiples of KT, clipped to the keys
   // [block_lo, block_hi) some row needs; every row sees all of
   // [full_lo, full_hi), so tiles inside that need no mask. A packed block
   // holds queries [0, Nq) of every head and takes split `split` of them.
   const KeyTiles tiles = key_tiles(i0, packed ? nq - 1 : i0 + nr - 1, p.seq_k, p.diag_offset, p.window_left,
-                                   p.window_right, L.keys, split, plan.splits);
+                                   p.window_right, KT, split, plan.splits);
   const int64_t block_lo = tiles.lo;
   const int64_t block_hi = tiles.hi;
   const int64_t full_lo = tiles.full_lo;
@@ -662,19 +672,19 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const float inv_softcap = softcap != 0.f ? 1.f / softcap : 0.f;
 
   for (int64_t t = tiles.t_begin; t < tiles.t_end; ++t) {
-    const int64_t j0 = std::max(t * L.keys, block_lo);            // first key of this tile
-    const int64_t bc = std::min((t + 1) * L.keys, block_hi) - j0;  // keys in this tile
+    const int64_t j0 = std::max(t * KT, block_lo);            // first key of this tile
+    const int64_t bc = std::min((t + 1) * KT, block_hi) - j0;  // keys in this tile
 
     // Stream the tile in: one FP32 copy of K and of V rows j0..j0+bc, shared
     // by every row of the block.
     // While it converts, the next tile's rows are prefetched: a decode block
     // does little work per key, and without this the conversion waits on
     // memory (perf: a third of the time on the first use of each load).
-    const int64_t next_bc = t + 1 < tiles.t_end ? std::min((t + 2) * L.keys, block_hi) - (t + 1) * L.keys : 0;
+    const int64_t next_bc = t + 1 < tiles.t_end ? std::min((t + 2) * KT, block_hi) - (t + 1) * KT : 0;
     const bool prefetch = k.stride[3] == 1 && v.stride[3] == 1;
     for (int64_t j = 0; j < bc; ++j) {
       if (prefetch && j < next_bc) {
-        const int64_t jn = (t + 1) * L.keys + j;
+        const int64_t jn = (t + 1) * KT + j;
         const char* kn = static_cast<const char*>(k.data) + (k_base + jn * k.stride[2]) * dtype_size(dt);
         const char* vn = static_cast<const char*>(v.data) + (v_base + jn * v.stride[2]) * dtype_size(dt);
         for (int64_t at = 0; at < D * dtype_size(dt); at += kAlignBytes) {
