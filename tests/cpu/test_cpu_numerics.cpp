@@ -115,14 +115,14 @@ std::vector<ft::AttentionCase> cases_decode() {
     c.layout = ft::Layout::kBNHD;
     out.push_back(c);
   }
-  // An empty trailing split: B x Hk = 2 asks for 64 splits; a dot-product
-  // block streams 16-key tiles, and 2561 of them cut 64 ways are 62 runs of
-  // 41, one of 19 and one of none.
+  // Empty trailing splits: B x Hk = 2 asks for 64 splits; a dot-product
+  // block streams 32-key tiles (kDotTileKeys), and 1281 of them cut 64 ways
+  // are 61 runs of 21 and three of none.
   ft::AttentionCase c = base;
   c.dtype = FMHA_DTYPE_F16;
   c.heads_q = 8;
   c.heads_kv = 2;
-  c.seq_k = 2561 * 16;
+  c.seq_k = 1281 * 32;
   out.push_back(c);
   return out;
 }

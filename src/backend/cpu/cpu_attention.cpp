@@ -120,12 +120,18 @@ constexpr TileShape tile_shape(int64_t head_dim) {
 // kDotStripRows rows of accumulators.
 constexpr int64_t kDotRows = 16;
 // Dot-product blocks stream kDotTileKeys keys per tile (the scratch keeps
-// room for the layout's L.keys): their FP32 K and V tiles then stay in L1
-// (16 keys x 128 x 4 B x 2 = 16 KiB at D = 128) between the conversion, the
-// scores and P.V. bench_cpu --decode --nk 16384 --dtype bf16, 1 / 2 threads:
-// 64 keys 5.7 / 3.1 ms, 32 keys 5.2-5.4 / 2.8-3.0, 16 keys 4.8-5.0 / 2.5-3.0;
-// prefetching 2 or 4 tiles ahead instead of 1 was no better.
-constexpr int64_t kDotTileKeys = 16;
+// room for the layout's L.keys): fewer keys keep their FP32 K and V tiles
+// nearer L1 (32 keys x 128 x 4 B x 2 = 32 KiB at D = 128) between the
+// conversion, the scores and P.V, but pay the per-tile rescale of o more
+// often. bench_cpu --decode --nk 16384, median ms at 1 / 2 threads, one
+// interleaved run, tiles of 16 / 32 / 64 keys:
+//   bf16 Nq=1  5.00 / 2.59   5.25 / 2.60   6.18 / 3.27
+//   f16  Nq=1  6.48 / 3.36   6.22 / 3.27   6.10 / 3.18
+//   f16  Nq=4  14.58 / 7.61  12.59 / 6.56  12.08 / 6.23
+// 32 is the compromise (F16 converts in software, which hides the memory
+// latency that smaller tiles save); prefetching 2 or 4 tiles ahead instead
+// of 1 was no better.
+constexpr int64_t kDotTileKeys = 32;
 static_assert(kDotTileKeys <= 32, "a dot-product tile must fit the scratch of every tile_shape");
 constexpr int64_t kLanes = 16;
 constexpr int64_t kDotKeys = 2;
