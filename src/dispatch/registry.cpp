@@ -45,7 +45,9 @@ const KernelEntry kKernels[] = {
      FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureAll, 0, 50,
      cuda::generic_supports, cuda::generic_workspace_bytes, cuda::generic_forward},
 #endif
-    {"cpu_tiled", "exact CPU online-softmax, K/V tiles streamed, threads over (batch, head, q tile)",
+    {"cpu_tiled",
+     "exact CPU online-softmax, K/V tiles streamed, threads over (batch, head, q tile) or, decode, "
+     "(batch, kv head, key split)",
      FMHA_DEVICE_CPU, 0, 0, kAllDtypes, HeadDims{512, 1, {}}, kFeatureAll, 0, 100, nullptr,
      cpu::workspace_bytes, cpu::forward},
 };

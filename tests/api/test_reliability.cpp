@@ -316,6 +316,53 @@ TEST_CASE("NaN semantics: keys a row does not see never affect it, NaN and inf i
   }
 }
 
+TEST_CASE("NaN semantics hold across key splits (decode: few query rows, many keys)") {
+  // Nq = 4, Nk = 2000: the CPU backend cuts the keys into splits merged
+  // afterwards (4 splits; 2 with the window); a split whose keys are only
+  // planted ones, or whose planted key weighs nothing, must leave the same O
+  // and lse as one pass over all keys. Causal bottom-right: row i sees keys
+  // [lo, 1996 + i], lo = 0 or, with the window, 596 + i.
+  Cpu cpu(2);
+  const int64_t nq = 4, nk = 2000, d = 8;
+  struct Plant {
+    int64_t key;
+    bool in_v;
+    float value;
+  } plants[] = {{100, true, kNaN}, {1997, true, kInf}, {1999, false, kNaN}, {500, true, -kInf}};
+  for (int32_t window_left : {-1, 1400}) {
+    Single s(nq, nk, d);
+    s.p.mask_flags = FMHA_MASK_CAUSAL;
+    s.p.window_left = window_left;
+    const fmha_test::ReferenceResult ref = fmha_test::reference_forward(s.p);  // clean data
+    for (const Plant& pl : plants) (pl.in_v ? s.v : s.k)[pl.key * d + 3] = pl.value;
+    REQUIRE(cpu.run(s.p) == FMHA_SUCCESS);
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t hi = nk - nq + i;
+      const int64_t lo = window_left < 0 ? 0 : hi - window_left;
+      bool clean = true, sees_k_nan = false;
+      for (const Plant& pl : plants)
+        if (pl.key >= lo && pl.key <= hi) {
+          clean = false;
+          sees_k_nan |= !pl.in_v;
+        }
+      CAPTURE(window_left);
+      CAPTURE(i);
+      if (clean) {
+        for (int64_t e = 0; e < d; ++e) REQUIRE(s.o[i * d + e] == doctest::Approx(ref.o[i * d + e]).epsilon(1e-5));
+        REQUIRE(s.lse[i] == doctest::Approx(ref.lse[i]).epsilon(1e-5));
+      } else if (sees_k_nan) {
+        REQUIRE(std::isnan(s.lse[i]));
+        for (int64_t e = 0; e < d; ++e) REQUIRE(std::isnan(s.o[i * d + e]));
+      } else {
+        REQUIRE(s.lse[i] == doctest::Approx(ref.lse[i]).epsilon(1e-5));
+        REQUIRE(!std::isfinite(s.o[i * d + 3]));
+        for (int64_t e = 0; e < d; ++e)
+          if (e != 3) REQUIRE(s.o[i * d + e] == doctest::Approx(ref.o[i * d + e]).epsilon(1e-5));
+      }
+    }
+  }
+}
+
 TEST_CASE("finding 6: softcap below FLT_MIN is refused; FLT_MIN gives the right answer") {
   Cpu cpu;
   float q[2] = {0.f, 0.f}, k[4] = {1.f, 0.f, -1.f, 0.f}, v[4] = {1.f, 2.f, 3.f, 4.f}, o[2] = {kNaN, kNaN};

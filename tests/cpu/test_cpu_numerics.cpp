@@ -65,6 +65,68 @@ void check_cases(const std::vector<ft::AttentionCase>& cases) {
   check_cases(cases, [](const ft::CaseResult&) {});
 }
 
+// Decode shapes: Hq=32 query heads over Hk=8 kv heads, Nq = 1..8, and Nk
+// long enough that the backend cuts each kv group's keys into several splits
+// (it does from 16 key tiles of 64 up: 1100 keys give 2 splits of a group
+// for B=1 Hk=8, 4100 keys give 8). Causal bottom-right (the decode step),
+// left windows whose band still spans several splits, a two-sided window
+// without causal, every dtype; head dims 128, 64 and 80 (80: the padded dot
+// product), softcap, lse on and off, a BNHD layout, a batch of 2 and a split
+// with no keys.
+std::vector<ft::AttentionCase> cases_decode() {
+  std::vector<ft::AttentionCase> out;
+  ft::AttentionCase base;
+  base.heads_q = 32;
+  base.heads_kv = 8;
+  base.head_dim = 128;
+  base.mask_flags = FMHA_MASK_CAUSAL;
+  int n = 0;
+  for (fmha_dtype t : {FMHA_DTYPE_F32, FMHA_DTYPE_F16, FMHA_DTYPE_BF16})
+    for (int64_t nq : {1, 2, 3, 4, 5, 8}) {
+      ft::AttentionCase c = base;
+      c.dtype = t;
+      c.seq_q = nq;
+      c.seq_k = (n % 3 == 0) ? 4100 : 1100;
+      c.with_lse = (n % 2) == 0;
+      ++n;
+      out.push_back(c);
+      c.window_left = 1100;  // left window: a band of ~18 tiles, 2 splits
+      c.seq_k = 2500;
+      out.push_back(c);
+    }
+  for (fmha_dtype t : {FMHA_DTYPE_F32, FMHA_DTYPE_F16, FMHA_DTYPE_BF16}) {
+    ft::AttentionCase c = base;
+    c.dtype = t;
+    c.seq_q = 8;
+    c.seq_k = 2000;
+    c.mask_flags = FMHA_MASK_NONE;  // both window sides, no causal flag
+    c.window_left = 1500;
+    c.window_right = 50;
+    out.push_back(c);
+    c = base;
+    c.dtype = t;
+    c.seq_q = 1;
+    c.seq_k = 1300;
+    c.head_dim = t == FMHA_DTYPE_F16 ? 80 : 64;
+    c.batch = 2;
+    out.push_back(c);
+    c.seq_q = 3;
+    c.softcap = 2.f;
+    c.layout = ft::Layout::kBNHD;
+    out.push_back(c);
+  }
+  // Empty trailing splits: B x Hk = 2 asks for 64 splits; a dot-product
+  // block streams 32-key tiles (kDotTileKeys), and 1281 of them cut 64 ways
+  // are 61 runs of 21 and three of none.
+  ft::AttentionCase c = base;
+  c.dtype = FMHA_DTYPE_F16;
+  c.heads_q = 8;
+  c.heads_kv = 2;
+  c.seq_k = 1281 * 32;
+  out.push_back(c);
+  return out;
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
@@ -107,6 +169,8 @@ TEST_CASE("cpu_tiled: logits around 1e4 neither overflow nor lose accuracy") {
 }
 
 TEST_CASE("cpu_tiled: softcap and explicit scale") { check_cases(ft::cases_softcap_scale()); }
+
+TEST_CASE("cpu_tiled: decode, GQA 32/8, Nq 1..8, keys split, causal and windows") { check_cases(cases_decode()); }
 
 TEST_CASE("cpu_tiled: lse matches the reference, and o does not depend on asking for it") {
   CpuHandle handle;
@@ -168,6 +232,15 @@ TEST_CASE("cpu_tiled: 1, 2 and 3 threads give bitwise identical o and lse") {
     c.window_left = 20;
     c.window_right = -1;
     c.layout = ft::Layout::kStridedHeadDim;
+    cases.push_back(c);
+    c = ft::AttentionCase{};  // decode: GQA group packed, keys split 8 ways
+    c.dtype = FMHA_DTYPE_BF16;
+    c.heads_q = 32;
+    c.heads_kv = 8;
+    c.seq_q = 2;
+    c.seq_k = 4100;
+    c.head_dim = 128;
+    c.mask_flags = FMHA_MASK_CAUSAL;
     cases.push_back(c);
   }
   CpuHandle handle;

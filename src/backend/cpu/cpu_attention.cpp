@@ -24,9 +24,22 @@
 //   Both products go through one register-blocked kernel (gemm_rows) whose
 //   inner loop is a fixed-width axpy the compiler vectorizes.
 //
-// Threads: the work items, (batch, query head, query block), go to the pool
-// longest first; each worker computes in its own cache-line-aligned slice of
-// the caller's workspace, so forward allocates nothing.
+// Decode (few query rows, GQA): when the Nq query rows of all G query heads
+// that share a kv head fit in one block (G * Nq <= rows), one work item
+// packs them (row r = query head r / Nq of the group, query r % Nq), so each
+// K/V element is loaded and converted once per kv head instead of once per
+// query head; with up to kDotRows rows the scores are per-key dot products
+// rather than a product padded to kMicroCols rows. Such a block's keys are
+// also cut into splits (core/key_tiles.h) when there are few kv heads: each
+// split writes its unnormalized (m, l, o) to the workspace and a second pass
+// merges them in split order, in FP64 (log-sum-exp). The split count depends
+// on the problem only, never on the thread count, so any number of threads
+// gives bitwise the same result.
+//
+// Threads: the work items, (batch, query head, query block) or, packed,
+// (batch, kv head, key split), go to the pool longest first; each worker
+// computes in its own cache-line-aligned slice of the caller's workspace, so
+// forward allocates nothing.
 #include "backend/cpu/cpu_attention.h"
 
 #include <algorithm>
@@ -100,6 +113,75 @@ constexpr TileShape tile_shape(int64_t head_dim) {
   return head_dim <= 128 ? TileShape{128, 64} : head_dim <= 256 ? TileShape{64, 64} : TileShape{64, 32};
 }
 
+// A packed block of at most kDotRows rows computes its scores as per-key
+// dot products over kLanes-wide partial sums (dot_strip) instead of the
+// product padded to kMicroCols rows: Nq = 1 with a GQA group of 4 would pad
+// 4 rows to 32, 8x the score work. The dot strip is kDotKeys keys x
+// kDotStripRows rows of accumulators.
+constexpr int64_t kDotRows = 16;
+// Dot-product blocks stream kDotTileKeys keys per tile (the scratch keeps
+// room for the layout's L.keys): fewer keys keep their FP32 K and V tiles
+// nearer L1 (32 keys x 128 x 4 B x 2 = 32 KiB at D = 128) between the
+// conversion, the scores and P.V, but pay the per-tile rescale of o more
+// often. bench_cpu --decode --nk 16384, median ms at 1 / 2 threads, one
+// interleaved run, tiles of 16 / 32 / 64 keys:
+//   bf16 Nq=1  5.00 / 2.59   5.25 / 2.60   6.18 / 3.27
+//   f16  Nq=1  6.48 / 3.36   6.22 / 3.27   6.10 / 3.18
+//   f16  Nq=4  14.58 / 7.61  12.59 / 6.56  12.08 / 6.23
+// 32 is the compromise (F16 converts in software, which hides the memory
+// latency that smaller tiles save); prefetching 2 or 4 tiles ahead instead
+// of 1 was no better.
+constexpr int64_t kDotTileKeys = 32;
+static_assert(kDotTileKeys <= 32, "a dot-product tile must fit the scratch of every tile_shape");
+constexpr int64_t kLanes = 16;
+constexpr int64_t kDotKeys = 2;
+constexpr int64_t kDotStripRows = 4;
+
+// Key splits of a packed block: enough work items for kSplitTargetItems
+// (batch x kv heads x splits), each split at least kMinSplitTiles key tiles
+// of tile_shape's size
+// (so the merge and the per-split Q load stay small beside the keys), at
+// most kMaxSplits. None of this reads the thread count: results must not
+// depend on it.
+constexpr int64_t kSplitTargetItems = 128;
+constexpr int64_t kMinSplitTiles = 8;
+constexpr int64_t kMaxSplits = 64;
+
+// How the work is cut: per (batch, query head, query block), or packed per
+// (batch, kv head, key split).
+struct Plan {
+  bool packed;         // G * Nq rows of a kv group in one block
+  int64_t rows;        // rows of a block: G * Nq when packed
+  int64_t splits;      // key splits per packed block (1 otherwise)
+  int64_t items;       // work items of the first pass
+};
+
+Plan make_plan(const Problem& p) {
+  const TileShape t = tile_shape(p.head_dim);
+  Plan plan{};
+  plan.packed = p.seq_q * p.group_size() <= t.rows;
+  plan.splits = 1;
+  if (!plan.packed) {
+    plan.rows = t.rows;
+    plan.items = (p.seq_q + t.rows - 1) / t.rows * p.batch * p.heads_q;
+    return plan;
+  }
+  plan.rows = p.seq_q * p.group_size();
+  const int64_t groups = p.batch * p.heads_kv;
+  const KeyTiles all = key_tiles(0, p.seq_q - 1, p.seq_k, p.diag_offset, p.window_left, p.window_right, t.keys, 0, 1);
+  const int64_t tiles = std::max<int64_t>(all.t_end - all.t_begin, 0);
+  const int64_t wanted = (kSplitTargetItems + groups - 1) / groups;
+  plan.splits = std::clamp<int64_t>(std::min(wanted, tiles / kMinSplitTiles), 1, kMaxSplits);
+  plan.items = groups * plan.splits;
+  return plan;
+}
+
+// The split partials of a packed block (m, l, then o as rows x head_dim):
+// bytes per work item, cache-line aligned.
+int64_t partial_bytes(const Problem& p, const Plan& plan) {
+  return round_up(plan.rows * (p.head_dim + 2) * static_cast<int64_t>(sizeof(float)), kAlignBytes);
+}
+
 // ---- per-thread scratch -----------------------------------------------------
 
 // Offsets (bytes, each kAlignBytes-aligned) of the arrays in one thread's
@@ -126,7 +208,7 @@ ScratchLayout scratch_layout(const Problem& p) {
     return off;
   };
   const int64_t f = sizeof(float);
-  s.qt = take(p.head_dim * s.rows * f);  // Q^T: head_dim x rows
+  s.qt = take(s.dp * s.rows * f);        // Q^T: head_dim x rows (or Q: rows x dp)
   s.k = take(s.keys * s.dp * f);         // K tile: keys x dp
   s.v = take(s.keys * s.dp * f);         // V tile: keys x dp
   s.s = take(s.keys * s.rows * f);       // S, then P: keys x rows
@@ -203,6 +285,16 @@ FMHA_CPU_INLINE void store_row(const float* src, float mul, int64_t n, fmha_dtyp
       break;
     }
   }
+}
+
+// A hint to bring the cache line of p in for reading; nothing where the
+// compiler has no such builtin.
+FMHA_CPU_INLINE void prefetch_read(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p, 0, 3);
+#else
+  (void)p;
+#endif
 }
 
 // ---- math -----------------------------------------------------------------------
@@ -299,18 +391,161 @@ FMHA_CPU_INLINE void gemm_rows(const float* a, int64_t a_row, int64_t a_k, const
                             kRescale ? row_scale + i : nullptr);
 }
 
+// s[r * lds + j] = sum_d k[j * ldk + d] * q[r * ldq + d] for j < kKeys keys
+// and r < kR rows, d over [0, dp) (dp a multiple of kLanes; the padding of k
+// and q is zero). Each (key, row) sums kLanes-wide partial products, then
+// folds the lanes in a fixed tree, so the result does not depend on the
+// caller.
+//
+// With GCC 12+ or Clang the lanes are a generic vector type, which keeps
+// the accumulators in registers (fixed-width float arrays, the gemm_strip
+// idiom, stayed in memory here because of the fold: every FMA went through
+// the stack) and folds with two half-width adds; elsewhere, plain arrays.
+// Both fold in the same order.
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+typedef float LanesF __attribute__((vector_size(kLanes * sizeof(float))));
+typedef float HalfF __attribute__((vector_size(kLanes / 2 * sizeof(float))));
+typedef float QuarterF __attribute__((vector_size(kLanes / 4 * sizeof(float))));
+
+// Vectors go by reference only: passed by value they change the calling
+// convention between the ISA variants (GCC's -Wpsabi).
+FMHA_CPU_INLINE void load_lanes(const float* p, LanesF& v) { std::memcpy(&v, p, sizeof v); }
+
+// (h[x] = a[x] + a[x + 8], q[x] = h[x] + h[x + 4]), then (q0 + q2) + (q1 + q3).
+FMHA_CPU_INLINE float fold_lanes(const LanesF& a) {
+  const HalfF h = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+                  __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+  const QuarterF q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+  return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+template <int64_t kKeys, int64_t kR>
+FMHA_CPU_INLINE void dot_strip(const float* k, int64_t ldk, const float* q, int64_t ldq, float* s, int64_t lds,
+                               int64_t dp) {
+  static_assert(kLanes == 16, "fold_lanes is written for 16 lanes");
+  LanesF acc[kKeys][kR];
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) acc[j][r] = LanesF{};
+  for (int64_t d = 0; d < dp; d += kLanes) {
+    LanesF kv[kKeys];
+    for (int64_t j = 0; j < kKeys; ++j) load_lanes(k + j * ldk + d, kv[j]);
+    for (int64_t r = 0; r < kR; ++r) {
+      LanesF qv;
+      load_lanes(q + r * ldq + d, qv);
+      for (int64_t j = 0; j < kKeys; ++j) acc[j][r] += kv[j] * qv;
+    }
+  }
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) s[r * lds + j] = fold_lanes(acc[j][r]);
+}
+#else
+template <int64_t kKeys, int64_t kR>
+FMHA_CPU_INLINE void dot_strip(const float* k, int64_t ldk, const float* q, int64_t ldq, float* s, int64_t lds,
+                               int64_t dp) {
+  static_assert(kLanes == 16, "the fold below is written for 16 lanes");
+  float acc[kKeys][kR][kLanes];
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r)
+      for (int64_t x = 0; x < kLanes; ++x) acc[j][r][x] = 0.f;
+  for (int64_t d = 0; d < dp; d += kLanes)
+    for (int64_t j = 0; j < kKeys; ++j)
+      for (int64_t r = 0; r < kR; ++r)
+        for (int64_t x = 0; x < kLanes; ++x) acc[j][r][x] += k[j * ldk + d + x] * q[r * ldq + d + x];
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) {
+      const float* a = acc[j][r];
+      float h8[8], h4[4];
+      for (int64_t x = 0; x < 8; ++x) h8[x] = a[x] + a[x + 8];
+      for (int64_t x = 0; x < 4; ++x) h4[x] = h8[x] + h8[x + 4];
+      s[r * lds + j] = (h4[0] + h4[2]) + (h4[1] + h4[3]);
+    }
+}
+#endif
+
+// dot_strip over keys [0, nk) and rows [0, nr): the scores rows x keys.
+FMHA_CPU_INLINE void dot_scores(const float* k, int64_t ldk, const float* q, int64_t ldq, float* s, int64_t lds,
+                                int64_t nk, int64_t nr, int64_t dp) {
+  int64_t j = 0;
+  for (; j + kDotKeys <= nk; j += kDotKeys) {
+    int64_t r = 0;
+    for (; r + kDotStripRows <= nr; r += kDotStripRows)
+      dot_strip<kDotKeys, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp);
+    for (; r < nr; ++r) dot_strip<kDotKeys, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp);
+  }
+  for (; j < nk; ++j) {
+    int64_t r = 0;
+    for (; r + kDotStripRows <= nr; r += kDotStripRows)
+      dot_strip<1, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp);
+    for (; r < nr; ++r) dot_strip<1, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp);
+  }
+}
+
+// The softmax steps of one tile (seed section 4, as in run_block) for
+// scores stored rows x keys (row r at s + r * lds, keys [0, bc)): every loop
+// runs along one row's keys, and the max and the sum are taken in kLanes
+// lanes folded in a fixed order. When `edge`, keys outside row r's
+// [lo[r], hi[r]) are masked first.
+FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc, int64_t j0, bool edge,
+                                  const int64_t* lo, const int64_t* hi, float softcap, float inv_softcap, float* m,
+                                  float* l, float* alpha) {
+  for (int64_t r = 0; r < nr; ++r) {
+    float* sr = s + r * lds;
+    if (softcap != 0.f)
+      for (int64_t j = 0; j < bc; ++j) sr[j] = softcap * tanh_softcap(sr[j] * inv_softcap);
+    if (edge) {
+      const int64_t c0 = std::clamp<int64_t>(lo[r] - j0, 0, bc);
+      const int64_t c1 = std::clamp<int64_t>(hi[r] - j0, 0, bc);
+      for (int64_t j = 0; j < bc; ++j) sr[j] = (j >= c0 && j < c1) ? sr[j] : -kInf;
+    }
+    float lane[kLanes];
+    for (int64_t x = 0; x < kLanes; ++x) lane[x] = -kInf;
+    int64_t j = 0;
+    for (; j + kLanes <= bc; j += kLanes)
+      for (int64_t x = 0; x < kLanes; ++x) lane[x] = sr[j + x] > lane[x] ? sr[j + x] : lane[x];
+    float tile_max = -kInf;
+    for (; j < bc; ++j) tile_max = sr[j] > tile_max ? sr[j] : tile_max;
+    for (int64_t x = 0; x < kLanes; ++x) tile_max = lane[x] > tile_max ? lane[x] : tile_max;
+    // m' = max(m, m~), alpha = e^(m - m'), with 0 as the subtrahend while
+    // m' = -inf (see run_block).
+    const float mn = m[r] > tile_max ? m[r] : tile_max;
+    const float ms = mn == -kInf ? 0.f : mn;
+    alpha[r] = exp_nonpositive(m[r] - ms);
+    m[r] = mn;
+    for (int64_t x = 0; x < kLanes; ++x) lane[x] = 0.f;
+    j = 0;
+    for (; j + kLanes <= bc; j += kLanes)
+      for (int64_t x = 0; x < kLanes; ++x) {
+        const float e = exp_nonpositive(sr[j + x] - ms);
+        sr[j + x] = e;
+        lane[x] += e;
+      }
+    float sum = 0.f;
+    for (; j < bc; ++j) {
+      const float e = exp_nonpositive(sr[j] - ms);
+      sr[j] = e;
+      sum += e;
+    }
+    for (int64_t x = 0; x < kLanes; ++x) sum += lane[x];
+    l[r] = alpha[r] * l[r] + sum;
+  }
+}
+
 // ---- one work item ------------------------------------------------------------
 
 struct Job {
   const Problem* p;
   ScratchLayout layout;
+  Plan plan;
   char* scratch;      // kAlignBytes-aligned; worker w owns [w * bytes, (w + 1) * bytes)
+  char* partials;     // packed with splits > 1: item i's (m, l, o) at i * partial_bytes
+  int64_t partial_bytes;
   int64_t row_tiles;  // query blocks per (batch, head)
   bool longest_last;  // the last query block has the most keys (e.g. causal)
 };
 
-// One work item: query rows [i0, i0 + nr) of (batch b, query head h), in
-// the scratch slice of `worker`, with a kRows-row register tile.
+// One work item, in the scratch slice of `worker`, with a kRows-row register
+// tile: query rows [i0, i0 + nr) of (batch b, query head h), or, packed, the
+// G * Nq rows of (batch b, kv head hk) over the keys of one split.
 template <int64_t kRows>
 FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const Problem& p = *job.p;
@@ -325,16 +560,41 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // first (all heads of the longest block, then the next), which for causal
   // masks starts the longest rows first and leaves the short ones to fill
   // the gaps at the end.
-  const int64_t heads = p.batch * p.heads_q;
-  const int64_t rank = item / heads;
-  const int64_t bh = item % heads;
-  const int64_t tile = job.longest_last ? job.row_tiles - 1 - rank : rank;
-  const int64_t b = bh / p.heads_q;
-  const int64_t h = bh % p.heads_q;
-  const int64_t hk = h / p.group_size();  // GQA/MQA: the shared kv head, read in place
-  const int64_t i0 = tile * BR;
-  const int64_t nr = std::min(BR, p.seq_q - i0);
-  const int64_t np = round_up(nr, kMicroCols);  // rows computed (padding rows are discarded)
+  //
+  // Row r of the block is query i_of(r) of query head h_of(r); unpacked,
+  // that is query i0 + r of head h; packed, query r % Nq of the group's
+  // head r / Nq (the group's queries are [0, Nq), so i0 = 0).
+  const Plan& plan = job.plan;
+  const bool packed = plan.packed;
+  int64_t b, h, hk, i0, nr, split;
+  if (packed) {
+    const int64_t group = item / plan.splits;
+    split = item % plan.splits;
+    b = group / p.heads_kv;
+    hk = group % p.heads_kv;
+    h = hk * p.group_size();  // first query head of the group
+    i0 = 0;
+    nr = plan.rows;
+  } else {
+    const int64_t heads = p.batch * p.heads_q;
+    const int64_t rank = item / heads;
+    const int64_t bh = item % heads;
+    const int64_t tile = job.longest_last ? job.row_tiles - 1 - rank : rank;
+    b = bh / p.heads_q;
+    h = bh % p.heads_q;
+    hk = h / p.group_size();  // GQA/MQA: the shared kv head, read in place
+    i0 = tile * BR;
+    nr = std::min(BR, p.seq_q - i0);
+    split = 0;
+  }
+  const int64_t nq = p.seq_q;
+  auto i_of = [&](int64_t r) { return packed ? r % nq : i0 + r; };
+  auto h_of = [&](int64_t r) { return packed ? h + r / nq : h; };
+  // Scores as dot products (few packed rows: Q row-major in qt, S rows x
+  // keys) or as the padded product (Q^T in qt, S keys x rows).
+  const bool dot = packed && nr <= kDotRows;
+  const int64_t KT = dot ? kDotTileKeys : L.keys;  // keys per streamed tile
+  const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
 
   char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
   float* qt = at_offset<float>(base, L.qt);
@@ -356,34 +616,40 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // Each row's visible keys [lo, hi) (mask.h). Padding rows copy the last
   // real row, so they never widen the block's range or add edge tiles.
   for (int64_t r = 0; r < np; ++r) {
-    const KeyRange kr =
-        key_range(i0 + std::min(r, nr - 1), p.seq_k, p.diag_offset, p.window_left, p.window_right);
+    const KeyRange kr = key_range(i_of(std::min(r, nr - 1)), p.seq_k, p.diag_offset, p.window_left, p.window_right);
     lo[r] = kr.lo;
     hi[r] = kr.hi;
   }
   // The block's key tiles, as every backend cuts them (core/key_tiles.h):
-  // tiles of L.keys keys aligned to multiples of L.keys, clipped to the keys
+  // tiles of KT keys aligned to multiples of KT, clipped to the keys
   // [block_lo, block_hi) some row needs; every row sees all of
-  // [full_lo, full_hi), so tiles inside that need no mask.
-  const KeyTiles tiles =
-      key_tiles(i0, i0 + nr - 1, p.seq_k, p.diag_offset, p.window_left, p.window_right, L.keys, 0, 1);
+  // [full_lo, full_hi), so tiles inside that need no mask. A packed block
+  // holds queries [0, Nq) of every head and takes split `split` of them.
+  const KeyTiles tiles = key_tiles(i0, packed ? nq - 1 : i0 + nr - 1, p.seq_k, p.diag_offset, p.window_left,
+                                   p.window_right, KT, split, plan.splits);
   const int64_t block_lo = tiles.lo;
   const int64_t block_hi = tiles.hi;
   const int64_t full_lo = tiles.full_lo;
   const int64_t full_hi = tiles.full_hi;
 
-  // Q^T scaled: qt[d][r] = scale * q[i0 + r][d]; padding rows are 0. Each
-  // row is converted (vectorized) into o's first row, then transposed.
+  // Q^T scaled: qt[d][r] = scale * q[row r][d]; padding rows are 0. Each
+  // row is converted (vectorized) into o's first row, then transposed. For
+  // dot products Q stays row-major instead: qt[r][d], zero for d >= D.
   {
     const Operand& q = p.q;
-    const char* q_rows = static_cast<const char*>(q.data) +
-                         (b * q.stride[0] + h * q.stride[1] + i0 * q.stride[2]) * dtype_size(dt);
+    const char* q_data = static_cast<const char*>(q.data);
     const float scale = p.scale;
     for (int64_t r = 0; r < np; ++r) {
       if (r < nr) {
-        load_row(q_rows + r * q.stride[2] * dtype_size(dt), q.stride[3], D, dt, o);
-        for (int64_t d = 0; d < D; ++d) qt[d * BR + r] = scale * o[d];
-      } else {
+        const int64_t at = b * q.stride[0] + h_of(r) * q.stride[1] + i_of(r) * q.stride[2];
+        load_row(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
+        if (dot) {
+          for (int64_t d = 0; d < D; ++d) qt[r * DP + d] = scale * o[d];
+          for (int64_t d = D; d < DP; ++d) qt[r * DP + d] = 0.f;
+        } else {
+          for (int64_t d = 0; d < D; ++d) qt[d * BR + r] = scale * o[d];
+        }
+      } else if (!dot) {
         for (int64_t d = 0; d < D; ++d) qt[d * BR + r] = 0.f;
       }
     }
@@ -396,9 +662,13 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   }
   std::memset(o, 0, static_cast<size_t>(np * DP) * sizeof(float));
   // The V tile's padding columns [D, DP) feed only o's discarded columns;
-  // zero them once so nothing non-finite or subnormal circulates.
+  // zero them once so nothing non-finite or subnormal circulates. The K
+  // tile's meet Q's zero padding in the dot products.
   if (DP > D)
-    for (int64_t j = 0; j < L.keys; ++j) std::memset(vt + j * DP + D, 0, (DP - D) * sizeof(float));
+    for (int64_t j = 0; j < L.keys; ++j) {
+      std::memset(vt + j * DP + D, 0, (DP - D) * sizeof(float));
+      if (dot) std::memset(kt + j * DP + D, 0, (DP - D) * sizeof(float));
+    }
 
   const Operand& k = p.k;
   const Operand& v = p.v;
@@ -408,12 +678,26 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const float inv_softcap = softcap != 0.f ? 1.f / softcap : 0.f;
 
   for (int64_t t = tiles.t_begin; t < tiles.t_end; ++t) {
-    const int64_t j0 = std::max(t * L.keys, block_lo);            // first key of this tile
-    const int64_t bc = std::min((t + 1) * L.keys, block_hi) - j0;  // keys in this tile
+    const int64_t j0 = std::max(t * KT, block_lo);            // first key of this tile
+    const int64_t bc = std::min((t + 1) * KT, block_hi) - j0;  // keys in this tile
 
     // Stream the tile in: one FP32 copy of K and of V rows j0..j0+bc, shared
     // by every row of the block.
+    // While it converts, the next tile's rows are prefetched: a decode block
+    // does little work per key, and without this the conversion waits on
+    // memory (perf: a third of the time on the first use of each load).
+    const int64_t next_bc = t + 1 < tiles.t_end ? std::min((t + 2) * KT, block_hi) - (t + 1) * KT : 0;
+    const bool prefetch = k.stride[3] == 1 && v.stride[3] == 1;
     for (int64_t j = 0; j < bc; ++j) {
+      if (prefetch && j < next_bc) {
+        const int64_t jn = (t + 1) * KT + j;
+        const char* kn = static_cast<const char*>(k.data) + (k_base + jn * k.stride[2]) * dtype_size(dt);
+        const char* vn = static_cast<const char*>(v.data) + (v_base + jn * v.stride[2]) * dtype_size(dt);
+        for (int64_t at = 0; at < D * dtype_size(dt); at += kAlignBytes) {
+          prefetch_read(kn + at);
+          prefetch_read(vn + at);
+        }
+      }
       load_row(static_cast<const char*>(k.data) + (k_base + (j0 + j) * k.stride[2]) * dtype_size(dt),
                k.stride[3], D, dt, kt + j * DP);
       load_row(static_cast<const char*>(v.data) + (v_base + (j0 + j) * v.stride[2]) * dtype_size(dt),
@@ -432,73 +716,83 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       for (int64_t d = 0; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
     }
 
-    // S = K_tile . (scale Q)^T, keys x rows.
-    gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
+    const bool edge = j0 < full_lo || j0 + bc > full_hi;
+    if (dot) {
+      // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
+      dot_scores(kt, DP, qt, DP, s, L.keys, bc, nr, DP);
+      softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, m, l, alpha);
+    } else {
+      // S = K_tile . (scale Q)^T, keys x rows.
+      gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
 
-    // Softcap acts on the scaled logits, before the mask and the max, so
-    // lse and the softmax both see the capped values.
-    if (softcap != 0.f)
-      for (int64_t j = 0; j < bc; ++j)
-        for (int64_t r = 0; r < np; ++r) s[j * BR + r] = softcap * tanh_softcap(s[j * BR + r] * inv_softcap);
+      // Softcap acts on the scaled logits, before the mask and the max, so
+      // lse and the softmax both see the capped values.
+      if (softcap != 0.f)
+        for (int64_t j = 0; j < bc; ++j)
+          for (int64_t r = 0; r < np; ++r) s[j * BR + r] = softcap * tanh_softcap(s[j * BR + r] * inv_softcap);
 
-    // The mask goes in before the tile max (seed section 6): a masked score
-    // that reached the max could make m' too large (underflowing every
-    // visible e^(s - m')) or, for a row with no visible key, finite. Only
-    // tiles across an edge of some row's range get here.
-    if (j0 < full_lo || j0 + bc > full_hi) {
-      for (int64_t r = 0; r < np; ++r) {
-        c0[r] = static_cast<int32_t>(std::clamp<int64_t>(lo[r] - j0, 0, bc));
-        c1[r] = static_cast<int32_t>(std::clamp<int64_t>(hi[r] - j0, 0, bc));
+      // The mask goes in before the tile max (seed section 6): a masked score
+      // that reached the max could make m' too large (underflowing every
+      // visible e^(s - m')) or, for a row with no visible key, finite. Only
+      // tiles across an edge of some row's range get here.
+      if (edge) {
+        for (int64_t r = 0; r < np; ++r) {
+          c0[r] = static_cast<int32_t>(std::clamp<int64_t>(lo[r] - j0, 0, bc));
+          c1[r] = static_cast<int32_t>(std::clamp<int64_t>(hi[r] - j0, 0, bc));
+        }
+        for (int64_t j = 0; j < bc; ++j) {
+          const int32_t jj = static_cast<int32_t>(j);
+          float* sj = s + j * BR;
+          for (int64_t r = 0; r < np; ++r) sj[r] = (jj >= c0[r] && jj < c1[r]) ? sj[r] : -kInf;
+        }
       }
+
+      // m~ = max_j s_j over the tile.
+      for (int64_t r = 0; r < np; ++r) tile_max[r] = -kInf;
       for (int64_t j = 0; j < bc; ++j) {
-        const int32_t jj = static_cast<int32_t>(j);
-        float* sj = s + j * BR;
-        for (int64_t r = 0; r < np; ++r) sj[r] = (jj >= c0[r] && jj < c1[r]) ? sj[r] : -kInf;
+        const float* sj = s + j * BR;
+        for (int64_t r = 0; r < np; ++r) tile_max[r] = sj[r] > tile_max[r] ? sj[r] : tile_max[r];
       }
-    }
-
-    // m~ = max_j s_j over the tile.
-    for (int64_t r = 0; r < np; ++r) tile_max[r] = -kInf;
-    for (int64_t j = 0; j < bc; ++j) {
-      const float* sj = s + j * BR;
-      for (int64_t r = 0; r < np; ++r) tile_max[r] = sj[r] > tile_max[r] ? sj[r] : tile_max[r];
-    }
-    // m' = max(m, m~); alpha = e^(m - m'). A row that has seen no visible
-    // key yet keeps m' = -inf; it uses 0 as the subtrahend instead, so
-    // e^(-inf - 0) = 0 for its masked scores and its (zero) old state
-    // rather than e^(-inf - -inf) = NaN.
-    for (int64_t r = 0; r < np; ++r) {
-      const float mn = m[r] > tile_max[r] ? m[r] : tile_max[r];
-      const float ms = mn == -kInf ? 0.f : mn;
-      alpha[r] = exp_nonpositive(m[r] - ms);
-      m_safe[r] = ms;
-      m[r] = mn;
-      tile_sum[r] = 0.f;
-    }
-    // P = e^(s - m') in place of S, and its row sums: sum_j e^(s_j - m')
-    // is the seed's beta * l~ (the tile sum taken directly against the new
-    // max), so l = alpha l + sum P.
-    for (int64_t j = 0; j < bc; ++j) {
-      float* sj = s + j * BR;
+      // m' = max(m, m~); alpha = e^(m - m'). A row that has seen no visible
+      // key yet keeps m' = -inf; it uses 0 as the subtrahend instead, so
+      // e^(-inf - 0) = 0 for its masked scores and its (zero) old state
+      // rather than e^(-inf - -inf) = NaN.
       for (int64_t r = 0; r < np; ++r) {
-        const float e = exp_nonpositive(sj[r] - m_safe[r]);
-        sj[r] = e;
-        tile_sum[r] += e;
+        const float mn = m[r] > tile_max[r] ? m[r] : tile_max[r];
+        const float ms = mn == -kInf ? 0.f : mn;
+        alpha[r] = exp_nonpositive(m[r] - ms);
+        m_safe[r] = ms;
+        m[r] = mn;
+        tile_sum[r] = 0.f;
       }
+      // P = e^(s - m') in place of S, and its row sums: sum_j e^(s_j - m')
+      // is the seed's beta * l~ (the tile sum taken directly against the new
+      // max), so l = alpha l + sum P.
+      for (int64_t j = 0; j < bc; ++j) {
+        float* sj = s + j * BR;
+        for (int64_t r = 0; r < np; ++r) {
+          const float e = exp_nonpositive(sj[r] - m_safe[r]);
+          sj[r] = e;
+          tile_sum[r] += e;
+        }
+      }
+      for (int64_t r = 0; r < np; ++r) l[r] = alpha[r] * l[r] + tile_sum[r];
     }
-    for (int64_t r = 0; r < np; ++r) l[r] = alpha[r] * l[r] + tile_sum[r];
 
     // o = alpha o + P . V_tile: the old o is rescaled to the new max as it
     // is loaded into the accumulators, before the current tile's PV is
-    // added (seed section 6: the other order mixes two scales).
+    // added (seed section 6: the other order mixes two scales). P is keys x
+    // rows (s_key = BR, s_row = 1) or, dot, rows x keys.
+    const int64_t s_key = dot ? 1 : BR;
+    const int64_t s_row = dot ? L.keys : 1;
     if (!v_nonfinite) {
-      gemm_rows<kRows, true>(s, 1, BR, vt, DP, o, DP, nr, DP, bc, alpha);
+      gemm_rows<kRows, true>(s, s_row, s_key, vt, DP, o, DP, nr, DP, bc, alpha);
     } else {
       for (int64_t r = 0; r < nr; ++r) {
         float* orow = o + r * DP;
         for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
         for (int64_t j = 0; j < bc; ++j) {
-          const float pj = s[j * BR + r];
+          const float pj = s[j * s_key + r * s_row];
           if (pj == 0.f) continue;
           const float* vj = vt + j * DP;
           for (int64_t x = 0; x < DP; ++x) orow[x] += pj * vj[x];
@@ -507,20 +801,81 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     }
   }
 
+  // One of several splits: the unnormalized state goes to the partials,
+  // for merge_splits.
+  if (plan.splits > 1) {
+    char* part = job.partials + item * job.partial_bytes;
+    float* pm = reinterpret_cast<float*>(part);
+    std::memcpy(pm, m, nr * sizeof(float));
+    std::memcpy(pm + nr, l, nr * sizeof(float));
+    for (int64_t r = 0; r < nr; ++r) std::memcpy(pm + 2 * nr + r * D, o + r * DP, D * sizeof(float));
+    return;
+  }
+
   // O = o / l and lse = m + log l. A row that saw no key has l = 0: O = 0
   // and lse = -inf (the public contract), with no 0/0. A NaN logit made l
   // NaN: O and lse are NaN, never the -inf of "no key".
   const Operand& out = p.o;
-  const int64_t o_base = b * out.stride[0] + h * out.stride[1];
   char* o_data = static_cast<char*>(out.data);
   for (int64_t r = 0; r < nr; ++r) {
     const float inv = l[r] > 0.f ? 1.f / l[r] : l[r] == 0.f ? 0.f : l[r];
-    store_row(o + r * DP, inv, D, dt, o_data + (o_base + (i0 + r) * out.stride[2]) * dtype_size(dt),
-              out.stride[3]);
+    const int64_t at = b * out.stride[0] + h_of(r) * out.stride[1] + i_of(r) * out.stride[2];
+    store_row(o + r * DP, inv, D, dt, o_data + at * dtype_size(dt), out.stride[3]);
   }
-  if (p.lse != nullptr) {
-    float* lse = p.lse + (b * p.heads_q + h) * p.seq_q + i0;
-    for (int64_t r = 0; r < nr; ++r) lse[r] = l[r] > 0.f ? m[r] + std::log(l[r]) : l[r] == 0.f ? -kInf : l[r];
+  if (p.lse != nullptr)
+    for (int64_t r = 0; r < nr; ++r)
+      p.lse[(b * p.heads_q + h_of(r)) * p.seq_q + i_of(r)] =
+          l[r] > 0.f ? m[r] + std::log(l[r]) : l[r] == 0.f ? -kInf : l[r];
+}
+
+// The second pass of a split block: the splits' (m_s, l_s, o_s) of the
+// packed block `group` (batch x kv head) merged in split order, in FP64
+// (seed section 4's rescale, applied across splits):
+//   M = max_s m_s,  w_s = e^(m_s - M),  L = sum_s w_s l_s,
+//   O = (sum_s w_s o_s) / L,  lse = M + log L.
+// M = -inf (no split saw a key) uses 0 instead, as the tile loop does, so
+// w_s = 0 rather than NaN. A split with w_s = 0 adds nothing to O even when
+// its o_s is not finite (its keys' weights underflowed: fmha.h allows O to
+// stay finite then), while its l_s still reaches L, so a NaN logit makes
+// O and lse NaN. The first split's o row holds the merged row until it is
+// stored.
+void merge_splits(const Job& job, int64_t group) {
+  const Problem& p = *job.p;
+  const Plan& plan = job.plan;
+  const int64_t D = p.head_dim;
+  const int64_t nr = plan.rows;
+  const int64_t nq = p.seq_q;
+  const int64_t b = group / p.heads_kv;
+  const int64_t h0 = group % p.heads_kv * p.group_size();
+  auto part = [&](int64_t s) {
+    return reinterpret_cast<float*>(job.partials + (group * plan.splits + s) * job.partial_bytes);
+  };
+  double w[kMaxSplits];
+  const Operand& out = p.o;
+  char* o_data = static_cast<char*>(out.data);
+  for (int64_t r = 0; r < nr; ++r) {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t s = 0; s < plan.splits; ++s) mx = std::max<double>(mx, part(s)[r]);
+    const double ms = mx == -std::numeric_limits<double>::infinity() ? 0.0 : mx;
+    double l = 0;
+    for (int64_t s = 0; s < plan.splits; ++s) {
+      w[s] = std::exp(static_cast<double>(part(s)[r]) - ms);
+      l += w[s] * part(s)[nr + r];
+    }
+    float* merged = part(0) + 2 * nr + r * D;
+    for (int64_t d = 0; d < D; ++d) {
+      double acc = 0;
+      for (int64_t s = 0; s < plan.splits; ++s)
+        if (w[s] != 0.0) acc += w[s] * part(s)[2 * nr + r * D + d];
+      merged[d] = static_cast<float>(l > 0 ? acc / l : l == 0 ? 0.0 : l);
+    }
+    const int64_t h = h0 + r / nq, i = r % nq;
+    store_row(merged, 1.f, D, p.dtype, o_data + (b * out.stride[0] + h * out.stride[1] + i * out.stride[2]) *
+                                                    dtype_size(p.dtype),
+              out.stride[3]);
+    if (p.lse != nullptr)
+      p.lse[(b * p.heads_q + h) * nq + i] =
+          static_cast<float>(l > 0 ? mx + std::log(l) : l == 0 ? -std::numeric_limits<double>::infinity() : l);
   }
 }
 
@@ -553,16 +908,17 @@ BlockFn select_block_fn() {
   return run_block_baseline;
 }
 
-// Work items: (batch, query head, query block).
-int64_t work_items(const Problem& p) {
-  const int64_t rows = tile_shape(p.head_dim).rows;
-  return (p.seq_q + rows - 1) / rows * p.batch * p.heads_q;
+// Threads that take part: no more than there are work items of the first
+// pass (ThreadPool::parallel_for numbers its workers below that count; the
+// merge pass needs no scratch).
+int64_t workers(const Problem& p, int num_threads) {
+  return std::min<int64_t>(std::max(num_threads, 1), make_plan(p).items);
 }
 
-// Threads that take part: no more than there are work items
-// (ThreadPool::parallel_for numbers its workers below that count).
-int64_t workers(const Problem& p, int num_threads) {
-  return std::min<int64_t>(std::max(num_threads, 1), work_items(p));
+// The split partials: one slot per work item when a packed block is split.
+int64_t partials_bytes(const Problem& p) {
+  const Plan plan = make_plan(p);
+  return plan.splits > 1 ? plan.items * partial_bytes(p, plan) : 0;
 }
 
 }  // namespace
@@ -571,7 +927,9 @@ size_t workspace_bytes(const Problem& p, const DeviceInfo& dev) {
   // One slice per worker that can take part. kAlignBytes of slack: the
   // caller guarantees only 16-byte alignment, and forward rounds the base
   // up so every slice starts on a cache line.
-  return static_cast<size_t>(workers(p, dev.num_threads) * scratch_layout(p).bytes + kAlignBytes);
+  // The split partials follow the slices.
+  return static_cast<size_t>(workers(p, dev.num_threads) * scratch_layout(p).bytes + partials_bytes(p) +
+                             kAlignBytes);
 }
 
 fmha_status forward(const Problem& p, const LaunchContext& ctx) {
@@ -588,6 +946,9 @@ fmha_status forward(const Problem& p, const LaunchContext& ctx) {
   job.layout = scratch_layout(p);
   const uintptr_t raw = reinterpret_cast<uintptr_t>(ctx.workspace);
   job.scratch = static_cast<char*>(ctx.workspace) + (kAlignBytes - raw % kAlignBytes) % kAlignBytes;
+  job.plan = make_plan(p);
+  job.partials = job.scratch + workers(p, threads) * job.layout.bytes;
+  job.partial_bytes = partial_bytes(p, job.plan);
   job.row_tiles = (p.seq_q + job.layout.rows - 1) / job.layout.rows;
   // Keys seen by the first and the last query block: start from the larger.
   auto block_keys = [&](int64_t t) {
@@ -599,9 +960,9 @@ fmha_status forward(const Problem& p, const LaunchContext& ctx) {
   };
   job.longest_last = block_keys(job.row_tiles - 1) > block_keys(0);
 
-  const int64_t items = work_items(p);
-  // The lambda captures two pointers, so std::function stores it inline:
-  // forward allocates nothing.
+  const int64_t items = job.plan.items;
+  // The lambdas capture two pointers at most, so std::function stores them
+  // inline: forward allocates nothing.
   const Job* jp = &job;
   const BlockFn run = select_block_fn();
   auto body = [jp, run](int64_t item, int worker) { run(*jp, item, worker); };
@@ -609,6 +970,14 @@ fmha_status forward(const Problem& p, const LaunchContext& ctx) {
     ctx.pool->parallel_for(items, body);
   else
     for (int64_t i = 0; i < items; ++i) body(i, 0);
+  if (job.plan.splits > 1) {
+    const int64_t groups = p.batch * p.heads_kv;
+    auto merge = [jp](int64_t group, int) { merge_splits(*jp, group); };
+    if (ctx.pool != nullptr)
+      ctx.pool->parallel_for(groups, merge);
+    else
+      for (int64_t g = 0; g < groups; ++g) merge(g, 0);
+  }
   return FMHA_SUCCESS;
 }
 
