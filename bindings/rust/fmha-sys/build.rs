@@ -252,9 +252,17 @@ fn build_from_source(root: &Path) {
     let with_cuda = cuda != "OFF"
         && entry("CMAKE_CUDA_COMPILER").is_some_and(|c| !c.is_empty() && !c.ends_with("NOTFOUND"));
     if with_cuda {
-        if let Some(dir) = entry("CUDAToolkit_LIBRARY_DIR") {
-            println!("cargo:rustc-link-search=native={dir}");
-        }
+        // find_package(CUDAToolkit) caches the library's path.
+        let cudart = entry("CUDA_cudart_static_LIBRARY")
+            .filter(|p| Path::new(p).exists())
+            .unwrap_or_else(|| {
+                panic!(
+                    "the CUDA build in {} has no libcudart_static.a",
+                    build.display()
+                )
+            });
+        let dir = Path::new(&cudart).parent().unwrap();
+        println!("cargo:rustc-link-search=native={}", dir.display());
         println!("cargo:rustc-link-lib=static=cudart_static");
         println!("cargo:rustc-link-lib=dylib=dl");
         println!("cargo:rustc-link-lib=dylib=rt");
