@@ -114,6 +114,78 @@ pub struct Handle {
     device: Device,
     stream: *mut c_void,
     host_workspace: Vec<Block>,
+    /// The closure fmha_set_parallel_for was given (its `user` pointer).
+    parallel_for: Option<Box<ParallelForFn>>,
+}
+
+type ParallelForFn = Box<dyn Fn(&Tasks) + Send + Sync>;
+
+/// The work items of one parallel-for call fmha makes on a CPU handle with
+/// [`Handle::set_parallel_for`]: run [`Tasks::run`] for every index in
+/// `0..count()`, on any threads, in any order, and return when all are done.
+/// `Tasks` is `Sync`: share `&Tasks` with your threads (e.g.
+/// `std::thread::scope`); its borrow ends when your closure returns.
+pub struct Tasks {
+    task: unsafe extern "C" fn(*mut c_void, i64),
+    ctx: *mut c_void,
+    done: Vec<std::sync::atomic::AtomicBool>,
+}
+
+// fmha's tasks may run on any threads, concurrently (fmha.h).
+unsafe impl Send for Tasks {}
+unsafe impl Sync for Tasks {}
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tasks")
+            .field("count", &self.count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tasks {
+    /// How many tasks this call has.
+    pub fn count(&self) -> usize {
+        self.done.len()
+    }
+
+    /// Runs task `index`. Returns false, running nothing, for an index out
+    /// of `0..count()` or one already run (each task runs at most once).
+    pub fn run(&self, index: usize) -> bool {
+        match self.done.get(index) {
+            Some(flag) if !flag.swap(true, std::sync::atomic::Ordering::AcqRel) => {
+                unsafe { (self.task)(self.ctx, index as i64) };
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// fmha_parallel_for_fn: calls the closure stored in the handle.
+unsafe extern "C" fn parallel_for_trampoline(
+    user: *mut c_void,
+    count: i64,
+    task: Option<unsafe extern "C" fn(*mut c_void, i64)>,
+    ctx: *mut c_void,
+) {
+    let (Some(task), false) = (task, user.is_null()) else {
+        return;
+    };
+    let f = &*(user as *const ParallelForFn);
+    let count = usize::try_from(count).unwrap_or(0);
+    let tasks = Tasks {
+        task,
+        ctx,
+        done: (0..count)
+            .map(|_| std::sync::atomic::AtomicBool::new(false))
+            .collect(),
+    };
+    // A panic must not unwind into C, nor return while tasks may still run.
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&tasks))).is_err() {
+        eprintln!("fmha: the closure given to Handle::set_parallel_for panicked; aborting");
+        std::process::abort();
+    }
 }
 
 // The C API allows a handle to move between threads; &mut self serializes use.
@@ -173,6 +245,7 @@ impl Handle {
             device,
             stream: ptr::null_mut(),
             host_workspace: Vec::new(),
+            parallel_for: None,
         })
     }
 
@@ -190,6 +263,34 @@ impl Handle {
         let n = i32::try_from(num_threads)
             .map_err(|_| Error::invalid(format!("num_threads={num_threads} exceeds i32")))?;
         check(unsafe { sys::fmha_set_num_threads(self.raw.as_ptr(), n) })
+    }
+
+    /// CPU: later forwards run their work items through `f` (your job
+    /// system) instead of fmha's worker threads; results are bitwise
+    /// identical. `f` is called from the thread that calls
+    /// [`Handle::forward`] and must run every task of the [`Tasks`] it gets
+    /// before returning (a forward whose `f` left some out returns
+    /// `Status::InvalidArgument`). A panic in `f` aborts the process.
+    /// [`Handle::set_num_threads`] still caps how many tasks compute at once.
+    /// CUDA handles ignore it.
+    pub fn set_parallel_for<F>(&mut self, f: F) -> Result<()>
+    where
+        F: Fn(&Tasks) + Send + Sync + 'static,
+    {
+        let boxed: Box<ParallelForFn> = Box::new(Box::new(f));
+        let user = &*boxed as *const ParallelForFn as *mut c_void;
+        check(unsafe {
+            sys::fmha_set_parallel_for(self.raw.as_ptr(), Some(parallel_for_trampoline), user)
+        })?;
+        self.parallel_for = Some(boxed);
+        Ok(())
+    }
+
+    /// Restores fmha's own worker threads after [`Handle::set_parallel_for`].
+    pub fn clear_parallel_for(&mut self) -> Result<()> {
+        check(unsafe { sys::fmha_set_parallel_for(self.raw.as_ptr(), None, ptr::null_mut()) })?;
+        self.parallel_for = None;
+        Ok(())
     }
 
     /// CUDA: the `cudaStream_t` later forwards are enqueued on (null = the

@@ -53,7 +53,7 @@ use std::ffi::CStr;
 pub use element::{Bf16, DType, Element, F16};
 pub use error::{Error, Result, Status};
 pub use fmha_sys as sys;
-pub use handle::{CausalAlignment, Device, Handle, Options};
+pub use handle::{CausalAlignment, Device, Handle, Options, Tasks};
 pub use tensor::{LseMut, Memory, TensorView, TensorViewMut};
 
 /// `(major, minor, patch)` of the libfmha loaded at run time.
