@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -110,6 +111,39 @@ struct Single {
 };
 
 bool has(const char* message, const char* needle) { return std::string(message).find(needle) != std::string::npos; }
+
+// A NaN or inf planted at column 3 of k (in_v false) or v (in_v true) of one key.
+struct Plant {
+  int64_t key;
+  bool in_v;
+  float value;
+};
+
+// fmha.h's NaN rule for row i of s, which sees keys [lo, hi]: a row that sees
+// no plant matches the clean reference; one that sees a planted k has NaN O
+// and lse; one that sees only planted v keeps lse and every column but 3.
+void check_nan_rule_row(const Single& s, const fmha_test::ReferenceResult& ref, int64_t i, int64_t lo, int64_t hi,
+                        const Plant* plants, size_t count, int64_t d) {
+  bool clean = true, sees_k_nan = false;
+  for (size_t x = 0; x < count; ++x)
+    if (plants[x].key >= lo && plants[x].key <= hi) {
+      clean = false;
+      sees_k_nan |= !plants[x].in_v;
+    }
+  CAPTURE(i);
+  if (clean) {
+    for (int64_t e = 0; e < d; ++e) REQUIRE(s.o[i * d + e] == doctest::Approx(ref.o[i * d + e]).epsilon(1e-5));
+    REQUIRE(s.lse[i] == doctest::Approx(ref.lse[i]).epsilon(1e-5));
+  } else if (sees_k_nan) {
+    REQUIRE(std::isnan(s.lse[i]));
+    for (int64_t e = 0; e < d; ++e) REQUIRE(std::isnan(s.o[i * d + e]));
+  } else {
+    REQUIRE(s.lse[i] == doctest::Approx(ref.lse[i]).epsilon(1e-5));
+    REQUIRE(!std::isfinite(s.o[i * d + 3]));
+    for (int64_t e = 0; e < d; ++e)
+      if (e != 3) REQUIRE(s.o[i * d + e] == doctest::Approx(ref.o[i * d + e]).epsilon(1e-5));
+  }
+}
 
 }  // namespace
 
@@ -274,13 +308,7 @@ TEST_CASE("NaN semantics: keys a row does not see never affect it, NaN and inf i
   // and v of keys that only later rows see, and of keys left of a window.
   Cpu cpu(2);
   const int64_t n = 150, d = 8;
-  struct Plant {
-    const char* what;
-    int64_t key;
-    bool in_v;
-    float value;
-  } plants[] = {{"NaN in v", 100, true, kNaN}, {"inf in v", 70, true, kInf}, {"NaN in k", 130, false, kNaN},
-                {"-inf in v", 140, true, -kInf}};
+  const Plant plants[] = {{100, true, kNaN}, {70, true, kInf}, {130, false, kNaN}, {140, true, -kInf}};
   for (int32_t window_left : {-1, 40}) {
     Single s(n, n, d);
     s.p.mask_flags = FMHA_MASK_CAUSAL;
@@ -289,29 +317,10 @@ TEST_CASE("NaN semantics: keys a row does not see never affect it, NaN and inf i
     for (const Plant& pl : plants) (pl.in_v ? s.v : s.k)[pl.key * d + 3] = pl.value;
     REQUIRE(cpu.run(s.p) == FMHA_SUCCESS);
     for (int64_t i = 0; i < n; ++i) {
-      // Row i sees keys [max(0, i - window_left), i]: clean iff it sees no plant.
+      // Row i sees keys [max(0, i - window_left), i].
       const int64_t lo = window_left < 0 ? 0 : std::max<int64_t>(0, i - window_left);
-      bool clean = true, sees_k_nan = false;
-      for (const Plant& pl : plants)
-        if (pl.key >= lo && pl.key <= i) {
-          clean = false;
-          sees_k_nan |= !pl.in_v;
-        }
       CAPTURE(window_left);
-      CAPTURE(i);
-      if (clean) {
-        for (int64_t e = 0; e < d; ++e) REQUIRE(s.o[i * d + e] == doctest::Approx(ref.o[i * d + e]).epsilon(1e-5));
-        REQUIRE(s.lse[i] == doctest::Approx(ref.lse[i]).epsilon(1e-5));
-      } else if (sees_k_nan) {
-        REQUIRE(std::isnan(s.lse[i]));
-        for (int64_t e = 0; e < d; ++e) REQUIRE(std::isnan(s.o[i * d + e]));
-      } else {
-        // Only v is planted: lse is untouched, column 3 non-finite, the rest exact.
-        REQUIRE(s.lse[i] == doctest::Approx(ref.lse[i]).epsilon(1e-5));
-        REQUIRE(!std::isfinite(s.o[i * d + 3]));
-        for (int64_t e = 0; e < d; ++e)
-          if (e != 3) REQUIRE(s.o[i * d + e] == doctest::Approx(ref.o[i * d + e]).epsilon(1e-5));
-      }
+      check_nan_rule_row(s, ref, i, lo, i, plants, std::size(plants), d);
     }
   }
 }
@@ -324,11 +333,7 @@ TEST_CASE("NaN semantics hold across key splits (decode: few query rows, many ke
   // [lo, 1996 + i], lo = 0 or, with the window, 596 + i.
   Cpu cpu(2);
   const int64_t nq = 4, nk = 2000, d = 8;
-  struct Plant {
-    int64_t key;
-    bool in_v;
-    float value;
-  } plants[] = {{100, true, kNaN}, {1997, true, kInf}, {1999, false, kNaN}, {500, true, -kInf}};
+  const Plant plants[] = {{100, true, kNaN}, {1997, true, kInf}, {1999, false, kNaN}, {500, true, -kInf}};
   for (int32_t window_left : {-1, 1400}) {
     Single s(nq, nk, d);
     s.p.mask_flags = FMHA_MASK_CAUSAL;
@@ -339,26 +344,8 @@ TEST_CASE("NaN semantics hold across key splits (decode: few query rows, many ke
     for (int64_t i = 0; i < nq; ++i) {
       const int64_t hi = nk - nq + i;
       const int64_t lo = window_left < 0 ? 0 : hi - window_left;
-      bool clean = true, sees_k_nan = false;
-      for (const Plant& pl : plants)
-        if (pl.key >= lo && pl.key <= hi) {
-          clean = false;
-          sees_k_nan |= !pl.in_v;
-        }
       CAPTURE(window_left);
-      CAPTURE(i);
-      if (clean) {
-        for (int64_t e = 0; e < d; ++e) REQUIRE(s.o[i * d + e] == doctest::Approx(ref.o[i * d + e]).epsilon(1e-5));
-        REQUIRE(s.lse[i] == doctest::Approx(ref.lse[i]).epsilon(1e-5));
-      } else if (sees_k_nan) {
-        REQUIRE(std::isnan(s.lse[i]));
-        for (int64_t e = 0; e < d; ++e) REQUIRE(std::isnan(s.o[i * d + e]));
-      } else {
-        REQUIRE(s.lse[i] == doctest::Approx(ref.lse[i]).epsilon(1e-5));
-        REQUIRE(!std::isfinite(s.o[i * d + 3]));
-        for (int64_t e = 0; e < d; ++e)
-          if (e != 3) REQUIRE(s.o[i * d + e] == doctest::Approx(ref.o[i * d + e]).epsilon(1e-5));
-      }
+      check_nan_rule_row(s, ref, i, lo, hi, plants, std::size(plants), d);
     }
   }
 }
