@@ -22,7 +22,7 @@
 /* ---- version ----------------------------------------------------------- */
 
 #define FMHA_VERSION_MAJOR 0
-#define FMHA_VERSION_MINOR 1
+#define FMHA_VERSION_MINOR 2
 #define FMHA_VERSION_PATCH 0
 /* MAJOR*10000 + MINOR*100 + PATCH. Same major = ABI compatible. */
 #define FMHA_VERSION_NUMBER \
@@ -103,10 +103,11 @@ typedef enum fmha_device_kind {
  * are in elements (not bytes) and may be any non-negative values, so BHND,
  * BNHD and slices of a packed QKV buffer are all expressible. The head_dim
  * stride should be 1 for the fast kernels. data must be aligned to the
- * element size (2 bytes for F16/BF16, 4 for F32). Every dims[] entry is in
- * [1, FMHA_MAX_DIM], and the largest element offset, sum((dims-1)*strides),
- * plus one, times the element size, must fit int64 and not wrap the address
- * space. */
+ * element size (2 bytes for F16/BF16, 4 for F32). heads and head_dim are in
+ * [1, FMHA_MAX_DIM]; batch and seq are in [0, FMHA_MAX_DIM] (empty work is
+ * not an error: nothing is read, and rows that see no key get O = 0 and
+ * lse = -inf). The largest element offset, sum((dims-1)*strides), plus one,
+ * times the element size, must fit int64 and not wrap the address space. */
 /* The largest dims[] entry accepted (2^62). Within it every index, mask
  * bound and tile position the kernels compute fits int64 with room to spare;
  * kernels may support less (fmha_forward_explain says so). */
@@ -181,14 +182,69 @@ typedef struct fmha_forward_params {
    * split, n > 1 = at most n splits (benchmarks and tests). */
   int32_t num_splits;
   int32_t reserved_;  /* must be 0 */
+
+  /* ---- 0.2: serving layouts (ragged batches, KV caches, paged K/V) ------
+   * All zero/NULL (what fmha_forward_params_init sets, and what a caller
+   * compiled against 0.1 cannot set) = the dense layout above. The int32
+   * arrays below live where the tensors do (device memory on a CUDA
+   * handle) and are read by the kernels, never by the host: no sync, so
+   * a forward stays graph-capturable. The library cannot validate their
+   * contents; garbage there never reads or writes outside the extents the
+   * tensors declare (every index is clamped to them), it only gives a wrong
+   * answer. Per sequence b with Nq(b) queries and Nk(b) keys, the masks use
+   * that sequence's own diagonal d(i) = i + Nk(b) - Nq(b) (or i with
+   * FMHA_MASK_CAUSAL_TOP_LEFT). */
+  /* Sequences of a ragged batch: required (>= 0) when cu_seqlens_q or
+   * cu_seqlens_k is set, and then the batch size B; else must be 0. */
+  int32_t num_seqs;
+  /* Packed queries: an upper bound on every Nq(b) (host-known, sizes the
+   * launch); required with cu_seqlens_q, in [0, q.dims[2]]; else 0. */
+  int32_t max_seqlen_q;
+  /* [num_seqs + 1], non-decreasing, cu_seqlens_q[0] = 0: q and o hold the
+   * sequences packed along the seq axis (q.dims[0] = o.dims[0] = 1,
+   * q.dims[2] = total rows); sequence b owns rows cu_seqlens_q[b] ..
+   * cu_seqlens_q[b+1]-1, Nq(b) = their count. lse is then [1, Hq, total
+   * rows]. NULL = dense queries, B = q.dims[0]. */
+  const int32_t* cu_seqlens_q;
+  /* [num_seqs + 1]: packed keys likewise (k.dims[0] = v.dims[0] = 1,
+   * k.dims[2] = total keys). NULL = dense or paged keys. Not with a
+   * block_table. */
+  const int32_t* cu_seqlens_k;
+  /* [B]: sequence b sees only its first seqused_k[b] keys (a KV cache's
+   * fill level): Nk(b) = min(seqused_k[b], the keys it has). NULL = all. */
+  const int32_t* seqused_k;
+  /* Paged K/V: k and v are [num_pages, Hk, page_size, D] views (any
+   * strides: vLLM's [pages, page_size, Hk, D] storage and FlashInfer's
+   * [pages, Hk, page_size, D] both fit); key j of sequence b is slot
+   * j % page_size of page block_table[b * block_table_stride + j /
+   * page_size]. Requires seqused_k (Nk(b) = seqused_k[b], at most
+   * block_table_stride * page_size). Any page_size >= 1 runs; the fast
+   * kernels may prefer some (fmha_forward_explain says which). NULL =
+   * contiguous K/V. */
+  const int32_t* block_table;
+  /* Entries per sequence in block_table (>= 1 with a block_table, else 0):
+   * the most pages a sequence can hold. */
+  int64_t block_table_stride;
+  /* An upper bound on every Nk(b): required with cu_seqlens_k, in [0,
+   * k.dims[2]]; with a block_table 0 = block_table_stride * page_size,
+   * else at most that; else 0. */
+  int32_t max_seqlen_k;
+  int32_t reserved2_;  /* must be 0 */
 } fmha_forward_params;
 
-/* The size of fmha_forward_params as shipped in 0.1. */
-#define FMHA_FORWARD_PARAMS_SIZE_V1 ((uint32_t)sizeof(fmha_forward_params))
+/* The sizes of fmha_forward_params as shipped: 0.1 (everything up to
+ * reserved_) and 0.2 (the serving layouts). Literals, so they never move. */
+#if UINTPTR_MAX == 0xffffffffffffffffu
+#define FMHA_FORWARD_PARAMS_SIZE_V1 ((uint32_t)368)
+#define FMHA_FORWARD_PARAMS_SIZE_V2 ((uint32_t)424)
+#else
+#define FMHA_FORWARD_PARAMS_SIZE_V1 ((uint32_t)offsetof(fmha_forward_params, num_seqs))
+#define FMHA_FORWARD_PARAMS_SIZE_V2 ((uint32_t)sizeof(fmha_forward_params))
+#endif
 
-/* Sets struct_size and the defaults: zeroed tensors, no mask, scale 0,
- * softcap 0, windows -1, kernel NULL, num_splits 0, lse NULL. NULL is
- * ignored. */
+/* Sets struct_size (FMHA_FORWARD_PARAMS_SIZE_V2) and the defaults: zeroed
+ * tensors, no mask, scale 0, softcap 0, windows -1, kernel NULL, num_splits
+ * 0, lse NULL, dense layout (every serving field 0/NULL). NULL is ignored. */
 FMHA_API void fmha_forward_params_init(fmha_forward_params* params);
 
 /* ---- handles ----------------------------------------------------------- */
@@ -263,6 +319,43 @@ FMHA_API fmha_status fmha_forward_workspace_size(
 FMHA_API fmha_status fmha_forward(fmha_handle handle,
                                   const fmha_forward_params* params,
                                   void* workspace, size_t workspace_bytes);
+
+/* ---- merge of partial results ------------------------------------------
+ * Attention over keys split into parts (a shared prefix and a per-request
+ * suffix, KV shards on several devices, ...) is the merge of each part's
+ * normalized output and lse:
+ *   lse = log(sum_i exp(lse_i)),   o = sum_i exp(lse_i - lse) * o_i
+ * computed in FP32. Parts with lse_i = -inf contribute nothing; a row whose
+ * parts are all -inf gets o = 0, lse = -inf; a NaN lse_i makes the row NaN. */
+typedef struct fmha_merge_params {
+  uint32_t struct_size;
+  int32_t num_parts;          /* >= 1 */
+  /* [num_parts] views of one shape [B, H, N, D], one dtype (F16, BF16 or
+   * F32), any strides. */
+  const fmha_tensor* o_parts;
+  /* [num_parts] pointers to FP32 [B, H, N] contiguous lse arrays. */
+  const float* const* lse_parts;
+  /* The result, shape [B, H, N, D], any of the three dtypes. It may be
+   * o_parts[0] itself (same data and strides: an in-place merge) but must
+   * share no other byte with any part or lse array. */
+  fmha_tensor o;
+  /* Optional [B, H, N] FP32 contiguous result; may be lse_parts[0] (in
+   * place), else shares no byte with the other operands. NULL = not
+   * written. */
+  float* lse;
+} fmha_merge_params;
+
+#define FMHA_MERGE_PARAMS_SIZE_V1 ((uint32_t)sizeof(fmha_merge_params))
+
+/* Sets struct_size and zeroes the rest. NULL is ignored. */
+FMHA_API void fmha_merge_params_init(fmha_merge_params* params);
+
+/* Merges on the handle's device (CUDA: asynchronously on its stream; every
+ * pointer, including the o_parts and lse_parts arrays' targets, in device
+ * memory, while the o_parts and lse_parts arrays themselves are host
+ * memory). Validation as fmha_forward: on any error nothing is written.
+ * B, N = 0 are empty work (SUCCESS). Needs no workspace. */
+FMHA_API fmha_status fmha_merge(fmha_handle handle, const fmha_merge_params* params);
 
 /* ---- introspection ----------------------------------------------------- */
 

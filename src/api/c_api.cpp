@@ -77,7 +77,7 @@ void fmha_forward_params_init(fmha_forward_params* params) {
   // Zero is the default of every field (no mask, scale and softcap 0, no
   // lse, automatic kernel and splits) except these.
   std::memset(params, 0, sizeof *params);
-  params->struct_size = FMHA_FORWARD_PARAMS_SIZE_V1;
+  params->struct_size = FMHA_FORWARD_PARAMS_SIZE_V2;
   params->window_left = -1;
   params->window_right = -1;
 }

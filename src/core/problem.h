@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/seq_layout.h"
 #include "fmha/fmha.h"
 
 namespace fmha {
@@ -69,6 +70,16 @@ struct Problem {
   int64_t diag_offset = 0;     // seq_k - seq_q (bottom-right) or 0 (top-left)
   int64_t window_left = -1;
   int64_t window_right = -1;
+
+  // Serving layouts (fmha.h 0.2); layout.any() is false for a dense batch.
+  // With a ragged, KV-cache or paged layout, batch = the sequence count,
+  // seq_q and seq_k are upper bounds on every sequence's Nq(b) and Nk(b)
+  // (max_seqlen_q/k), diag_offset is unused (each sequence's comes from
+  // seq_extent), the q/o/lse rows of sequence b start at its q_begin on a
+  // batch-1 packed axis when ragged, and k/v are [num_pages, Hk, page_size,
+  // D] when paged (their dims are in layout, their strides in k/v here).
+  // lse is [heads_q, total_q] for ragged queries.
+  SeqLayout layout;
 
   int32_t num_splits = 0;        // 0 = automatic
   const char* forced_kernel = nullptr;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstddef>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -16,7 +17,10 @@ namespace {
 constexpr fmha_status kInvalid = FMHA_ERROR_INVALID_ARGUMENT;
 
 // Every struct_size fmha has shipped. Append, never remove.
-constexpr uint32_t kShippedParamSizes[] = {FMHA_FORWARD_PARAMS_SIZE_V1};
+constexpr uint32_t kShippedParamSizes[] = {FMHA_FORWARD_PARAMS_SIZE_V1, FMHA_FORWARD_PARAMS_SIZE_V2};
+static_assert(offsetof(fmha_forward_params, num_seqs) == FMHA_FORWARD_PARAMS_SIZE_V1,
+              "FMHA_FORWARD_PARAMS_SIZE_V1 is 0.1's size: fields only grow at the end");
+static_assert(sizeof(fmha_forward_params) == FMHA_FORWARD_PARAMS_SIZE_V2, "FMHA_FORWARD_PARAMS_SIZE_V2 is the 0.2 size");
 
 // Pointer, dtype, dims, strides and the extent of one tensor.
 fmha_status check_tensor(const char* name, const fmha_tensor& t) {
@@ -116,7 +120,7 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
     return fail(kInvalid,
                 "params->struct_size=%u is not a size fmha has shipped (this build: %u); "
                 "call fmha_forward_params_init()",
-                size, FMHA_FORWARD_PARAMS_SIZE_V1);
+                size, FMHA_FORWARD_PARAMS_SIZE_V2);
   // Read only what the caller's size covers; newer fields keep defaults.
   fmha_forward_params prm;
   fmha_forward_params_init(&prm);

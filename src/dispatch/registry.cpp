@@ -36,19 +36,19 @@ static_assert(FMHA_SM80_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
 const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
     {"cuda_sm90_ws", "Hopper family: wgmma + TMA, warp-specialized producer and consumer warpgroups (sm_90a)",
-     FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}}, kFeatureAll, 16, 5,
+     FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}}, kFeatureDense, 16, 5,
      cuda::sm90_supports, cuda::sm90_workspace_bytes, cuda::sm90_forward, cuda::sm90_declines},
     {"cuda_sm80_tc", "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping",
-     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureAll, 16, 10,
+     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureDense, 16, 10,
      cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
     {"cuda_generic", "general CUDA fallback: any head_dim <= 256, any strides, F32 too",
-     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureAll, 0, 50,
+     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureDense, 0, 50,
      cuda::generic_supports, cuda::generic_workspace_bytes, cuda::generic_forward},
 #endif
     {"cpu_tiled",
      "exact CPU online-softmax, K/V tiles streamed, threads over (batch, head, q tile) or, decode, "
      "(batch, kv head, key split)",
-     FMHA_DEVICE_CPU, 0, 0, kAllDtypes, HeadDims{512, 1, {}}, kFeatureAll, 0, 100, nullptr,
+     FMHA_DEVICE_CPU, 0, 0, kAllDtypes, HeadDims{512, 1, {}}, kFeatureDense, 0, 100, nullptr,
      cpu::workspace_bytes, cpu::forward},
 };
 
@@ -70,6 +70,9 @@ uint32_t required_features(const Problem& p) {
   if (p.softcap != 0.f) f |= kFeatureSoftcap;
   if (p.lse != nullptr) f |= kFeatureLse;
   if (p.heads_q != p.heads_kv) f |= kFeatureGqa;
+  if (p.layout.ragged_q() || p.layout.ragged_k()) f |= kFeatureRagged;
+  if (p.layout.seqused_k != nullptr) f |= kFeatureSeqUsedK;
+  if (p.layout.paged()) f |= kFeaturePaged;
   return f;
 }
 
@@ -80,6 +83,9 @@ const char* feature_name(uint32_t bit) {
     case kFeatureSoftcap: return "softcap";
     case kFeatureLse: return "lse output";
     case kFeatureGqa: return "GQA/MQA";
+    case kFeatureRagged: return "ragged (cu_seqlens) batches";
+    case kFeatureSeqUsedK: return "seqused_k";
+    case kFeaturePaged: return "paged K/V (block_table)";
     default: return "an unknown feature";
   }
 }

@@ -26,7 +26,11 @@ enum Feature : uint32_t {
   kFeatureSoftcap = 1u << 2,
   kFeatureLse = 1u << 3,
   kFeatureGqa = 1u << 4,      // heads_q != heads_kv
-  kFeatureAll = 0x1fu,
+  kFeatureRagged = 1u << 5,   // cu_seqlens_q or cu_seqlens_k (packed sequences)
+  kFeatureSeqUsedK = 1u << 6, // seqused_k (KV-cache fill levels)
+  kFeaturePaged = 1u << 7,    // block_table (paged K/V)
+  kFeatureDense = 0x1fu,      // every feature of the 0.1 dense layout
+  kFeatureAll = 0xffu,
 };
 
 // The head dims an entry runs: every multiple of `multiple` up to `max`,

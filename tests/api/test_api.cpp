@@ -93,7 +93,7 @@ TEST_CASE("params init sets struct_size and the defaults") {
   fmha_forward_params p;
   std::memset(&p, 0xab, sizeof p);
   fmha_forward_params_init(&p);
-  CHECK(p.struct_size == FMHA_FORWARD_PARAMS_SIZE_V1);
+  CHECK(p.struct_size == FMHA_FORWARD_PARAMS_SIZE_V2);
   CHECK(p.struct_size == sizeof(fmha_forward_params));
   CHECK(p.mask_flags == FMHA_MASK_NONE);
   CHECK(p.scale == 0.f);

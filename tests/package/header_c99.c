@@ -16,7 +16,7 @@ STATIC_CHECK(version, FMHA_VERSION_NUMBER ==
 int main(void) {
   fmha_forward_params p;
   fmha_forward_params_init(&p);
-  if (p.struct_size != FMHA_FORWARD_PARAMS_SIZE_V1) return 1;
+  if (p.struct_size != FMHA_FORWARD_PARAMS_SIZE_V2) return 1;
   if (fmha_version() != FMHA_VERSION_NUMBER) return 2;
   if (strcmp(fmha_status_string(FMHA_ERROR_UNSUPPORTED), "no kernel supports this problem") != 0) return 3;
   printf("C99 header check passed (fmha %u)\n", fmha_version());
