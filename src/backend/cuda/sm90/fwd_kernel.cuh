@@ -266,7 +266,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // votes over the V tile in shared memory; a tile that holds a non-finite
   // value (never in practice) takes P V on the CUDA cores, skipping zero
   // weights. kGuardNonFiniteV = false compiles the guard out.
-  constexpr int kVote = 5;  // named barriers 5, 6: one per consumer
+  // Named barriers: 0 is __syncthreads; 1 .. n the consumers' epilogues,
+  // n + 1 .. 2n their turns, 2n + 1 .. 3n their votes (n consumers).
+  constexpr int kVote = 1 + 2 * Cfg::kConsumers;  // one per consumer
   auto v_nonfinite = [&](int stage, uint32_t phase) {
     mbar_wait(sm.v_full(stage), phase);
     constexpr uint32_t kExp = std::is_same<T, __half>::value ? 0x7c00u : 0x7f80u;
@@ -340,14 +342,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return !tw.kt.unmasked(n0, n0 + Cfg::kBlockN) && v_nonfinite(ps.stage, ps.phase);
   };
 
-  // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the other
+  // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the
+  // previous consumer in the ring (cw - 1 mod n) completes by arriving.
   // consumer's arrival completes.
-  constexpr int kTurn = 3;
+  constexpr int kTurn = 1 + Cfg::kConsumers;
   auto turn_wait = [&] {
     if constexpr (Cfg::kPingPong) named_sync(kTurn + cw, 256);
   };
   auto turn_pass = [&] {
-    if constexpr (Cfg::kPingPong) named_arrive(kTurn + (cw ^ 1), 256);
+    if constexpr (Cfg::kPingPong) named_arrive(kTurn + (cw + 1) % Cfg::kConsumers, 256);
   };
 
   PipeState<Cfg::kStages> st;
@@ -381,9 +384,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     };
 
     if (t_begin < t_end) {
-      // Consumer 1 lets consumer 0 go first; it skips its last pass below,
-      // so every arrival meets a wait.
-      if (cw == 1) turn_pass();
+      // The last consumer lets consumer 0 go first; it skips its last pass
+      // below, so every arrival meets a wait.
+      if (cw == Cfg::kConsumers - 1) turn_pass();
       turn_wait();
       issue_qk(st.stage, st.phase);
       turn_pass();
@@ -427,11 +430,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const bool guard = needs_guard(tw, t_end - 1, prev);
       turn_wait();
       if (guard) {
-        if (cw == 0) turn_pass();
+        if (cw != Cfg::kConsumers - 1) turn_pass();
         pv_guarded(prev.stage);
       } else {
         issue_pv(prev.stage, prev.phase);
-        if (cw == 0) turn_pass();
+        if (cw != Cfg::kConsumers - 1) turn_pass();
         wgmma_wait<0>();
       }
       fence_operands(o_flat);

@@ -7,14 +7,14 @@
 namespace fmha::cuda::sm90 {
 
 // A CTA owns kBlockM = 64 * kConsumers query rows of one (batch, head):
-// warpgroup 0 produces (one thread issues the copy engine's loads), each
-// consumer warpgroup owns 64 rows and runs wgmma m64nNk16. K/V tiles of
+// warpgroup 0 produces (one thread issues the copy engine's loads), each of
+// the 2 or 3 consumer warpgroups owns 64 rows and runs wgmma m64nNk16. K/V tiles of
 // kBlockN keys stream through kStages shared-memory stages. Every operand
 // tile is a run of 128-byte-swizzled [rows][64] panels (wgmma.cuh).
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kPingPong_ = true>
+template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_ = 2, bool kPingPong_ = true>
 struct TileConfig {
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kConsumers = 2;
+  static constexpr int kConsumers = kConsumers_;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -33,6 +33,9 @@ struct TileConfig {
   // 483-486 / 501-508 / 501 / 344-349.
   static constexpr bool kPersistent = true;
   // Keep a NaN / inf in V from reaching rows that mask its key (fwd_kernel.cuh).
+  // Its cost, against a build without it (H200, FP16 D=128, bench_cuda,
+  // same run): causal N=8192 496 vs 512 TFLOP/s, N=16384 518 vs 522,
+  // non-causal N=8192 516 vs 521.
   static constexpr bool kGuardNonFiniteV = true;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
@@ -50,11 +53,12 @@ struct TileConfig {
   static constexpr int kSmemBytes =
       1024 + kQBytes * (kSeparateO ? 2 : 1) + 2 * kStages * kKVBytes + kBarrierBytes;
 
-  // Register split (setmaxnreg): 128 * kProducerRegs + 256 * kConsumerRegs
-  // <= 64K registers.
+  // Register split (setmaxnreg): 128 * kProducerRegs + 128 * kConsumers *
+  // kConsumerRegs <= 64K registers.
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
 
+  static_assert(kConsumers == 2 || kConsumers == 3, "ping-pong ring of 2 or 3 consumers");
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; one copy box of rows");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
@@ -62,14 +66,19 @@ struct TileConfig {
 
 // Per head dim (H200, 132 SMs, 227 KB shared memory per block); the
 // measurements behind each choice are in docs/performance.md.
-//   D=64:  128 x 128, 2 stages: 16 + 64 KB.
-//   D=128: 128 x 128, 2 stages: 32 + 128 KB (FA3's causal shape).
+//   D=64:  192 x 128, 2 stages, 3 consumers (FA3's shape): 24 + 64 KB.
+//          Causal N=8192: 380-381 TFLOP/s against 352-358 with 128 x 128
+//          and 2 consumers (the softmax, not the GEMMs, bounds D=64, and a
+//          third warpgroup has one more softmax to overlap).
+//   D=128: 128 x 128, 2 stages: 32 + 128 KB (FA3's causal shape). Tried
+//          and not taken (same run): 3 stages with O staged in Q (-2 to -3%),
+//          128 x 176 key tiles for unmasked problems (equal: 513 vs 516).
 //   D=256: 128 x 64,  2 stages: 64 + 128 KB (O: 128 accumulator registers).
 template <int kHeadDim>
 struct Sm90Tuning;
 template <>
 struct Sm90Tuning<64> {
-  using Config = TileConfig<64, 128, 2>;
+  using Config = TileConfig<64, 128, 2, 3>;
 };
 template <>
 struct Sm90Tuning<128> {
