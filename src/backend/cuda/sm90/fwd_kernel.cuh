@@ -169,6 +169,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps, int* tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim;
+  // Q's A fragments in registers (tile_config.h); with softcap they would spill.
+  constexpr bool kQInRegs = Cfg::kQInRegs && !kSoftcap;
   constexpr int kNTiles = Cfg::kBlockN / 8;
   constexpr int kDTiles = D / 8;
   using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
@@ -227,16 +229,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint64_t desc_k = smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.k(0))), 0, 1024);
   const uint64_t desc_v =
       smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(0))), Cfg::kBlockN * 128, 1024);
+  // With kQInRegs, Q's A fragments (m16n8k16 layout, as P's): qf[ks] holds
+  // the warp's 16 rows at columns 16 ks .. 16 ks + 15.
+  uint32_t qf[kQInRegs ? D / 16 : 1][4];
+  auto load_q_regs = [&] {
+    // ldmatrix x4: lane l addresses row (l % 8) + 8 ((l / 8) % 2) of the
+    // warp's 16 and the 8 columns (l / 16) * 8 on from the k-step's start;
+    // the four 8x8 matrices come back as a0..a3 of the fragment.
+    const int r = warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const int chunk = (ks % 4) * 2 + lane / 16;
+      const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(SmemLayout<Cfg>::rows(sm.q(), cw, ks / 4))) +
+                            r * 128 + ((chunk ^ (r % 8)) << 4);
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(qf[ks][0]), "=r"(qf[ks][1]), "=r"(qf[ks][2]), "=r"(qf[ks][3])
+                   : "r"(addr)
+                   : "memory");
+    }
+  };
   auto issue_qk = [&](int stage, uint32_t phase) {
     const uint64_t dk = desc_advance(desc_k, stage * Cfg::kKVBytes);
     mbar_wait(sm.k_full(stage), phase);
     fence_operands(s_flat);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-      MmaSs<T, Cfg::kBlockN, 0, 0>::run(s_flat, desc_advance(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32),
-                                        desc_advance(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32),
-                                        ks > 0 ? 1u : 0u);
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint64_t b = desc_advance(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32);
+      if constexpr (kQInRegs)
+        MmaRs<T, Cfg::kBlockN, 0>::run(s_flat, qf[ks], b, ks > 0 ? 1u : 0u);
+      else
+        MmaSs<T, Cfg::kBlockN, 0, 0>::run(s_flat, desc_advance(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32),
+                                          b, ks > 0 ? 1u : 0u);
+    }
     wgmma_commit();
   };
   // O += P V of the stage's V tile: k-step kk reads keys 16 kk.. of every
@@ -382,6 +407,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     auto release_q = [&] {
       if (leader) mbar_arrive(sm.q_empty());
     };
+    if constexpr (kQInRegs) {
+      // Q now lives in registers: its buffer goes back to the producer at
+      // once (the warpgroup's reads done first).
+      load_q_regs();
+      named_sync(1 + cw, 128);
+      release_q();
+    }
+    constexpr bool kReleaseQAfterQk = Cfg::kSeparateO && !kQInRegs;
 
     if (t_begin < t_end) {
       // The last consumer lets consumer 0 go first; it skips its last pass
@@ -392,7 +425,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       turn_pass();
       wgmma_wait<0>();
       if (leader) mbar_arrive(sm.k_empty(st.stage));
-      if (Cfg::kSeparateO && t_begin + 1 == t_end) release_q();
+      if (kReleaseQAfterQk && t_begin + 1 == t_end) release_q();
       score(t_begin);  // O is still 0: nothing to rescale
       pack_p();
       PipeState<Cfg::kStages> prev = st;
@@ -417,7 +450,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           wgmma_wait<1>();
         }
         if (leader) mbar_arrive(sm.k_empty(st.stage));
-        if (Cfg::kSeparateO && t + 1 == t_end) release_q();
+        if (kReleaseQAfterQk && t + 1 == t_end) release_q();
         const bool moved = score(t);
         wgmma_wait<0>();
         fence_operands(o_flat);
@@ -439,7 +472,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       fence_operands(o_flat);
       if (leader) mbar_arrive(sm.v_empty(prev.stage));
-    } else if (Cfg::kSeparateO) {
+    } else if (kReleaseQAfterQk) {
       release_q();
     }
 

@@ -11,10 +11,18 @@ namespace fmha::cuda::sm90 {
 // the 2 or 3 consumer warpgroups owns 64 rows and runs wgmma m64nNk16. K/V tiles of
 // kBlockN keys stream through kStages shared-memory stages. Every operand
 // tile is a run of 128-byte-swizzled [rows][64] panels (wgmma.cuh).
-template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_ = 2, bool kPingPong_ = true>
+template <int kHeadDim_, int kBlockN_, int kStages_, int kConsumers_ = 2, bool kQInRegs_ = false,
+          bool kPingPong_ = true>
 struct TileConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = kConsumers_;
+  // Q K^T with A = Q from registers (loaded once per tile with ldmatrix)
+  // instead of from shared memory: each k16 step then reads only K's 4 KB
+  // from shared memory, not Q's 2 KB too, and Q's buffer is free as soon as
+  // the consumers hold it. Costs D / 4 registers per thread: the softcap
+  // kernels, which need more for the tanh, keep Q in shared memory
+  // (fwd_kernel.cuh).
+  static constexpr bool kQInRegs = kQInRegs_;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
@@ -59,6 +67,7 @@ struct TileConfig {
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
 
   static_assert(kConsumers == 2 || kConsumers == 3, "ping-pong ring of 2 or 3 consumers");
+  static_assert(!kQInRegs || kSeparateO, "an early Q release needs O staged outside Q's buffer");
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; one copy box of rows");
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
@@ -70,7 +79,9 @@ struct TileConfig {
 //          Causal N=8192: 380-381 TFLOP/s against 352-358 with 128 x 128
 //          and 2 consumers (the softmax, not the GEMMs, bounds D=64, and a
 //          third warpgroup has one more softmax to overlap).
-//   D=128: 128 x 128, 2 stages: 32 + 128 KB (FA3's causal shape). Tried
+//   D=128: 128 x 128, 2 stages: 32 + 128 KB (FA3's causal shape), Q in
+//          registers: +0.5-2% (3 interleaved rounds, causal N=4096-16384,
+//          BF16, non-causal, batched GQA). Tried
 //          and not taken (same run): 3 stages with O staged in Q (-2 to -3%),
 //          128 x 176 key tiles for unmasked problems (equal: 513 vs 516).
 //   D=256: 128 x 64,  2 stages: 64 + 128 KB (O: 128 accumulator registers).
@@ -82,7 +93,7 @@ struct Sm90Tuning<64> {
 };
 template <>
 struct Sm90Tuning<128> {
-  using Config = TileConfig<128, 128, 2>;
+  using Config = TileConfig<128, 128, 2, 2, true>;
 };
 template <>
 struct Sm90Tuning<256> {
