@@ -8,6 +8,7 @@
 
 #include "api/context.h"
 #include "api/guard.h"
+#include "core/pointer_memo.h"
 #include "core/validate.h"
 #include "dispatch/registry.h"
 #if FMHA_WITH_CUDA
@@ -179,6 +180,7 @@ fmha_status fmha_forward_workspace_size(fmha_handle handle, const fmha_forward_p
                                         size_t* bytes) {
   return guard("fmha_forward_workspace_size", [&]() -> fmha_status {
     if (bytes == nullptr) return fail(kInvalid, "bytes is NULL");
+    fmha::PointerMemoScope memo;  // this call's allocation lookups
     fmha::Problem p;
     const fmha::KernelEntry* kernel = nullptr;
     const fmha_status s = prepare(handle, params, &p, &kernel, nullptr);
@@ -191,6 +193,7 @@ fmha_status fmha_forward_workspace_size(fmha_handle handle, const fmha_forward_p
 fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, void* workspace,
                          size_t workspace_bytes) {
   return guard("fmha_forward", [&]() -> fmha_status {
+    fmha::PointerMemoScope memo;  // this call's allocation lookups (tensors, then the workspace)
     fmha::Problem p;
     const fmha::KernelEntry* kernel = nullptr;
     fmha_status s = prepare(handle, params, &p, &kernel, nullptr);
@@ -234,6 +237,7 @@ fmha_status fmha_forward_explain(fmha_handle handle, const fmha_forward_params* 
   return guard("fmha_forward_explain", [&]() -> fmha_status {
     if (buf == nullptr || len == 0) return fail(kInvalid, "buf is NULL or len is 0");
     buf[0] = '\0';
+    fmha::PointerMemoScope memo;
     fmha::Problem p;
     const fmha::KernelEntry* kernel = nullptr;
     std::string text;

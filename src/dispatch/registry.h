@@ -71,7 +71,8 @@ const KernelEntry& kernel_at(int index);
 const KernelEntry* find_kernel(const char* name);
 
 // Null when `entry` can run `p` on `dev`; else a short reason written into
-// `reason_buf` or a static string.
+// `reason_buf` or a static string. With reason_buf null nothing is
+// formatted: the reason is a static string without the values.
 const char* why_not(const KernelEntry& entry, const Problem& p, const DeviceInfo& dev,
                     char* reason_buf, size_t reason_len);
 
