@@ -24,7 +24,14 @@
  *                    cudaMalloc, as a caching allocator (PyTorch's) places
  *                    small tensors; on main this costs the same as separate
  *                    allocations.
- *   workspace_size   fmha_forward_workspace_size alone.
+ *   ws+forward (params alternate)  every other call with the causal flag
+ *                    flipped: no call's params equal the previous call's, so
+ *                    the workspace query validates from scratch (a serving
+ *                    loop whose params change every step; the forward still
+ *                    reuses its own query's validation).
+ *   workspace_size   fmha_forward_workspace_size alone (same params each
+ *                    call), and "(params alternate)" as above: the cost of a
+ *                    full validation and dispatch.
  *   invalid          fmha_forward with k.dims[3] != q.dims[3]
  *                    (FMHA_ERROR_INVALID_ARGUMENT, message formatted).
  *   host pointer     CUDA: fmha_forward with q in plain host memory
@@ -202,13 +209,14 @@ static fmha_status ws_and_forward(fmha_handle h, const fmha_forward_params* p, v
  * untimed, and before the first). */
 typedef void (*sync_fn)(void* user);
 
-static void time_forward(fmha_handle h, const fmha_forward_params* p, void* ws, size_t ws_bytes, int iters,
-                         int sync_every, sync_fn sync, void* user, samples* out) {
+static void time_forward(fmha_handle h, const fmha_forward_params* p, const fmha_forward_params* alt, void* ws,
+                         size_t ws_bytes, int iters, int sync_every, sync_fn sync, void* user, samples* out) {
   const int64_t wall0 = now_ns();
   for (int i = 0; i < iters; ++i) {
     if (sync != NULL && i % sync_every == 0) sync(user);
+    const fmha_forward_params* use = alt != NULL && i % 2 ? alt : p;
     const int64_t t0 = now_ns();
-    const fmha_status s = ws_and_forward(h, p, ws, ws_bytes);
+    const fmha_status s = ws_and_forward(h, use, ws, ws_bytes);
     out->ns[i] = now_ns() - t0;
     if (s != FMHA_SUCCESS) die_status("ws+forward", s);
   }
@@ -217,11 +225,15 @@ static void time_forward(fmha_handle h, const fmha_forward_params* p, void* ws, 
   out->n = iters;
 }
 
-static void time_workspace(fmha_handle h, const fmha_forward_params* p, int iters, samples* out) {
+/* `alt` (may be null): every other call uses these params instead, so no
+ * call finds its params equal to the previous call's. */
+static void time_workspace(fmha_handle h, const fmha_forward_params* p, const fmha_forward_params* alt, int iters,
+                           samples* out) {
   for (int i = 0; i < iters; ++i) {
     size_t need = 0;
+    const fmha_forward_params* use = alt != NULL && i % 2 ? alt : p;
     const int64_t t0 = now_ns();
-    const fmha_status s = fmha_forward_workspace_size(h, p, &need);
+    const fmha_status s = fmha_forward_workspace_size(h, use, &need);
     out->ns[i] = now_ns() - t0;
     if (s != FMHA_SUCCESS) die_status("workspace_size", s);
   }
@@ -251,6 +263,14 @@ static fmha_forward_params mismatched(fmha_forward_params p) {
   return p;
 }
 
+/* The same problem with the causal flag flipped: a valid neighbour, so that
+ * alternating the two defeats the reuse of the last call's validation (a
+ * serving loop whose params change every step). */
+static fmha_forward_params flipped(fmha_forward_params p) {
+  p.mask_flags = p.mask_flags == FMHA_MASK_NONE ? FMHA_MASK_CAUSAL : FMHA_MASK_NONE;
+  return p;
+}
+
 /* ---- CPU handle -------------------------------------------------------------- */
 
 static void run_cpu(const options* opt, samples* s) {
@@ -276,11 +296,14 @@ static void run_cpu(const options* opt, samples* s) {
     void* ws = NULL;
     if (ws_bytes > 0 && (ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64)) == NULL) usage("out of host memory");
 
-    time_forward(h, &p, ws, ws_bytes, opt->warmup > 0 ? opt->warmup : 1, 1, NULL, NULL, s);
-    time_forward(h, &p, ws, ws_bytes, opt->iters, 1, NULL, NULL, s);
+    const fmha_forward_params alt = flipped(p);
+    time_forward(h, &p, NULL, ws, ws_bytes, opt->warmup > 0 ? opt->warmup : 1, 1, NULL, NULL, s);
+    time_forward(h, &p, NULL, ws, ws_bytes, opt->iters, 1, NULL, NULL, s);
     print_row("cpu", sh->name, "ws+forward (1 thread, computes)", s);
-    time_workspace(h, &p, opt->iters, s);
+    time_workspace(h, &p, NULL, opt->iters, s);
     print_row("cpu", sh->name, "workspace_size", s);
+    time_workspace(h, &p, &alt, opt->iters, s);
+    print_row("cpu", sh->name, "workspace_size (params alternate)", s);
     const fmha_forward_params bad = mismatched(p);
     time_refused(h, &bad, FMHA_ERROR_INVALID_ARGUMENT, opt->iters, s);
     print_row("cpu", sh->name, "invalid (k.dims[3] != q.dims[3])", s);
@@ -483,14 +506,19 @@ static void run_cuda(const options* opt, samples* s) {
       printf("cuda %s: workspace %zu bytes\n", sh->name, ws_bytes);
     }
 
-    time_forward(h, &p, ws, ws_bytes, opt->warmup > 0 ? opt->warmup : 1, opt->sync_every, sync_stream,
+    const fmha_forward_params alt = flipped(p);
+    time_forward(h, &p, NULL, ws, ws_bytes, opt->warmup > 0 ? opt->warmup : 1, opt->sync_every, sync_stream,
                  stream, s);
-    time_forward(h, &p, ws, ws_bytes, opt->iters, opt->sync_every, sync_stream, stream, s);
+    time_forward(h, &p, NULL, ws, ws_bytes, opt->iters, opt->sync_every, sync_stream, stream, s);
     print_row("cuda", sh->name, "ws+forward (stream)", s);
+    time_forward(h, &p, &alt, ws, ws_bytes, opt->iters, opt->sync_every, sync_stream, stream, s);
+    print_row("cuda", sh->name, "ws+forward (params alternate)", s);
     time_captured(h, stream, &p, ws, ws_bytes, opt->iters, opt->sync_every, s);
     print_row("cuda", sh->name, "ws+forward (capture)", s);
-    time_workspace(h, &p, opt->iters, s);
+    time_workspace(h, &p, NULL, opt->iters, s);
     print_row("cuda", sh->name, "workspace_size", s);
+    time_workspace(h, &p, &alt, opt->iters, s);
+    print_row("cuda", sh->name, "workspace_size (params alternate)", s);
     const fmha_forward_params bad = mismatched(p);
     time_refused(h, &bad, FMHA_ERROR_INVALID_ARGUMENT, opt->iters, s);
     print_row("cuda", sh->name, "invalid (k.dims[3] != q.dims[3])", s);
@@ -512,9 +540,9 @@ static void run_cuda(const options* opt, samples* s) {
     upload_random(arena + qb + kvb, kv_elems(sh), &seed);
     const fmha_forward_params pa = make_params(sh, arena, arena + qb, arena + qb + kvb,
                                                arena + qb + 2 * kvb, (float*)(arena + 2 * qb + 2 * kvb));
-    time_forward(h, &pa, ws, ws_bytes, opt->warmup > 0 ? opt->warmup : 1, opt->sync_every, sync_stream,
+    time_forward(h, &pa, NULL, ws, ws_bytes, opt->warmup > 0 ? opt->warmup : 1, opt->sync_every, sync_stream,
                  stream, s);
-    time_forward(h, &pa, ws, ws_bytes, opt->iters, opt->sync_every, sync_stream, stream, s);
+    time_forward(h, &pa, NULL, ws, ws_bytes, opt->iters, opt->sync_every, sync_stream, stream, s);
     print_row("cuda", sh->name, "ws+forward (one allocation)", s);
     CUDA_OK(cudaFree(arena));
 
