@@ -107,15 +107,21 @@ void remember(const fmha_forward_params* params, const fmha::DeviceInfo& dev, co
 fmha_status prepare(fmha_handle h, const fmha_forward_params* params, Prepared* out, std::string* explain) {
   if (h == nullptr) return fail(kInvalid, "handle is NULL");
   fmha_status s;
-  if (explain == nullptr && params != nullptr && same_as_last(params, h->device)) {
+  const bool reuse = explain == nullptr && params != nullptr && same_as_last(params, h->device);
+  if (reuse)
     *out = t_last.result;
-  } else {
-    if ((s = fmha::build_problem(params, &out->problem)) != FMHA_SUCCESS) return s;
-    if ((s = fmha::select_kernel(out->problem, h->device, &out->kernel, explain)) != FMHA_SUCCESS) return s;
-    out->workspace = workspace_for(*out->kernel, out->problem, h->device);
-    if (explain == nullptr) remember(params, h->device, *out);
-  }
-  return fmha::check_memory_location(out->problem, h->device, pointer_query(h->device));
+  else if ((s = fmha::build_problem(params, &out->problem)) != FMHA_SUCCESS)
+    return s;
+  // Where the pointers live is asked every call (and before dispatch, so a
+  // host pointer on a CUDA handle is INVALID_ARGUMENT even when no kernel
+  // would run the problem).
+  if ((s = fmha::check_memory_location(out->problem, h->device, pointer_query(h->device))) != FMHA_SUCCESS)
+    return s;
+  if (reuse) return FMHA_SUCCESS;
+  if ((s = fmha::select_kernel(out->problem, h->device, &out->kernel, explain)) != FMHA_SUCCESS) return s;
+  out->workspace = workspace_for(*out->kernel, out->problem, h->device);
+  if (explain == nullptr) remember(params, h->device, *out);
+  return FMHA_SUCCESS;
 }
 
 }  // namespace
