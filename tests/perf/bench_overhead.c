@@ -424,7 +424,8 @@ static void time_primitives(const options* opt, cudaStream_t stream, void* dev_p
   if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &fn, 12000, cudaEnableDefault, &found) ==
           cudaSuccess &&
       found == cudaDriverEntryPointSuccess && fn != NULL) {
-    const pointer_attrs_fn get = (pointer_attrs_fn)fn;
+    pointer_attrs_fn get;
+    memcpy(&get, &fn, sizeof get); /* object to function pointer, without ISO C's complaint */
     CUpointer_attribute attrs[6] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,     CU_POINTER_ATTRIBUTE_IS_MANAGED,
                                     CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,  CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
                                     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
