@@ -78,7 +78,7 @@ uint32_t required_features(const Problem& p) {
 }
 
 // A reason with its values, formatted into buf; or, when no one will read
-// it (buf null: automatic dispatch without explain, on every forward), the
+// it (buf null: automatic dispatch without explain, i.e. every forward), the
 // static `brief` form, so passing over a kernel formats nothing.
 const char* reason(char* buf, size_t len, const char* brief, const char* format, ...) FMHA_PRINTF_LIKE(4, 5);
 const char* reason(char* buf, size_t len, const char* brief, const char* format, ...) {
@@ -136,18 +136,20 @@ const KernelEntry* find_kernel(const char* name) {
   return nullptr;
 }
 
-const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& dev, char* buf,
-                    size_t len) {
+const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& dev, char* buf, size_t len,
+                    bool format_reason) {
+  // The reasons below format (into buf) only when someone will read them.
+  char* const out = format_reason ? buf : nullptr;
   if (e.device != dev.kind) return e.device == FMHA_DEVICE_CPU ? "runs on CPU handles" : "runs on CUDA handles";
   if (e.device == FMHA_DEVICE_CUDA && (dev.sm < e.sm_min || dev.sm > e.sm_max))
-    return reason(buf, len, "needs another compute capability", "needs sm_%d..sm_%d, device is sm_%d", e.sm_min,
+    return reason(out, len, "needs another compute capability", "needs sm_%d..sm_%d, device is sm_%d", e.sm_min,
                   e.sm_max, dev.sm);
   if (!(e.dtypes & dtype_bit(p.dtype)))
-    return reason(buf, len, "does not run this dtype", "does not run dtype %s", dtype_name(p.dtype));
+    return reason(out, len, "does not run this dtype", "does not run dtype %s", dtype_name(p.dtype));
   if (!head_dim_ok(e.head_dims, p.head_dim))
-    return reason(buf, len, "does not run this head_dim", "does not run head_dim=%" PRId64, p.head_dim);
+    return reason(out, len, "does not run this head_dim", "does not run head_dim=%" PRId64, p.head_dim);
   const uint32_t missing = required_features(p) & ~e.features;
-  if (missing) return unsupported_feature(missing & (~missing + 1), buf, len);
+  if (missing) return unsupported_feature(missing & (~missing + 1), out, len);
   if (e.align_bytes > 0) {
     const int64_t elem = dtype_size(p.dtype);
     const struct {
@@ -155,7 +157,7 @@ const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& de
       const Operand* op;
     } ops[] = {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"o", &p.o}};
     for (const auto& x : ops)
-      if (const char* r = misaligned(x.name, *x.op, elem, e.align_bytes, buf, len)) return r;
+      if (const char* r = misaligned(x.name, *x.op, elem, e.align_bytes, out, len)) return r;
   }
   if (e.supports) return e.supports(p, dev);
   return nullptr;
@@ -188,7 +190,7 @@ fmha_status select_kernel(const Problem& p, const DeviceInfo& dev, const KernelE
     const KernelEntry& e = kKernels[best];
     if (e.device != dev.kind) continue;  // other device's kernels are not candidates
     // The reason is formatted only for explain: a forward formats nothing.
-    if (const char* reason = why_not(e, p, dev, explain ? buf : nullptr, sizeof buf)) {
+    if (const char* reason = why_not(e, p, dev, buf, sizeof buf, explain != nullptr)) {
       if (explain) *explain += std::string("passed over ") + e.name + ": " + reason + "\n";
       continue;
     }
