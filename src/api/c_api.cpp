@@ -8,6 +8,7 @@
 
 #include "api/context.h"
 #include "api/guard.h"
+#include "core/pointer_memo.h"
 #include "core/validate.h"
 #include "dispatch/registry.h"
 #if FMHA_WITH_CUDA
@@ -40,18 +41,87 @@ fmha::PointerKindQuery pointer_query(const fmha::DeviceInfo& dev) {
   return nullptr;
 }
 
-// Validates params for this handle and selects the kernel.
-fmha_status prepare(fmha_handle h, const fmha_forward_params* params, fmha::Problem* p,
-                    const fmha::KernelEntry** kernel, std::string* explain) {
-  if (h == nullptr) return fail(kInvalid, "handle is NULL");
-  fmha_status s = fmha::build_problem(params, p);
-  if (s != FMHA_SUCCESS) return s;
-  if ((s = fmha::check_memory_location(*p, h->device, pointer_query(h->device))) != FMHA_SUCCESS) return s;
-  return fmha::select_kernel(*p, h->device, kernel, explain);
-}
+// What prepare() hands to the entry points.
+struct Prepared {
+  fmha::Problem problem;
+  const fmha::KernelEntry* kernel = nullptr;
+  size_t workspace = 0;  // the kernel's workspace bytes for the problem
+};
 
 size_t workspace_for(const fmha::KernelEntry& k, const fmha::Problem& p, const fmha::DeviceInfo& d) {
   return k.workspace_bytes ? k.workspace_bytes(p, d) : 0;
+}
+
+// The last successful validation and dispatch on this thread, so that the
+// usual pair (the workspace query, then the forward with the same params)
+// validates and dispatches once. build_problem, select_kernel and
+// workspace_bytes read nothing but the params' bytes (struct_size of them),
+// the forced kernel's name and the handle's DeviceInfo: equal bytes give
+// the same Problem, kernel and workspace, so nothing is skipped that could
+// answer differently. What reads the world, where the pointers live, runs on
+// every call. Failures are never remembered.
+struct LastPrepared {
+  bool valid = false;
+  uint32_t size = 0;
+  unsigned char params[sizeof(fmha_forward_params)];
+  unsigned char device[sizeof(fmha::DeviceInfo)];
+  char kernel_name[64];  // the forced kernel's name; only names shorter than this are remembered
+  Prepared result;
+};
+thread_local LastPrepared t_last;
+
+// The forced kernel's name fits kernel_name (with its terminator).
+bool name_fits(const char* name) {
+  return name == nullptr || strnlen(name, sizeof LastPrepared::kernel_name) < sizeof LastPrepared::kernel_name;
+}
+
+bool same_as_last(const fmha_forward_params* params, const fmha::DeviceInfo& dev) {
+  const LastPrepared& m = t_last;
+  if (!m.valid || params->struct_size != m.size || std::memcmp(params, m.params, m.size) != 0 ||
+      std::memcmp(&dev, m.device, sizeof m.device) != 0)
+    return false;
+  // Equal bytes hold the same kernel pointer; the name it points to may
+  // have been rewritten since.
+  const char* name = params->kernel;
+  return name == nullptr || (name_fits(name) && std::strcmp(name, m.kernel_name) == 0);
+}
+
+void remember(const fmha_forward_params* params, const fmha::DeviceInfo& dev, const Prepared& r) {
+  LastPrepared& m = t_last;
+  m.valid = false;
+  const uint32_t size = params->struct_size;
+  if (size > sizeof m.params || !name_fits(params->kernel)) return;
+  m.size = size;
+  std::memcpy(m.params, params, size);
+  std::memcpy(m.device, &dev, sizeof m.device);
+  if (params->kernel != nullptr)
+    std::strcpy(m.kernel_name, params->kernel);
+  else
+    m.kernel_name[0] = '\0';
+  m.result = r;
+  m.valid = true;
+}
+
+// Validates params for this handle and selects the kernel. With `explain`,
+// the decision in prose (and nothing is remembered or reused).
+fmha_status prepare(fmha_handle h, const fmha_forward_params* params, Prepared* out, std::string* explain) {
+  if (h == nullptr) return fail(kInvalid, "handle is NULL");
+  fmha_status s;
+  const bool reuse = explain == nullptr && params != nullptr && same_as_last(params, h->device);
+  if (reuse)
+    *out = t_last.result;
+  else if ((s = fmha::build_problem(params, &out->problem)) != FMHA_SUCCESS)
+    return s;
+  // Where the pointers live is asked every call (and before dispatch, so a
+  // host pointer on a CUDA handle is INVALID_ARGUMENT even when no kernel
+  // would run the problem).
+  if ((s = fmha::check_memory_location(out->problem, h->device, pointer_query(h->device))) != FMHA_SUCCESS)
+    return s;
+  if (reuse) return FMHA_SUCCESS;
+  if ((s = fmha::select_kernel(out->problem, h->device, &out->kernel, explain)) != FMHA_SUCCESS) return s;
+  out->workspace = workspace_for(*out->kernel, out->problem, h->device);
+  if (explain == nullptr) remember(params, h->device, *out);
+  return FMHA_SUCCESS;
 }
 
 }  // namespace
@@ -179,11 +249,11 @@ fmha_status fmha_forward_workspace_size(fmha_handle handle, const fmha_forward_p
                                         size_t* bytes) {
   return guard("fmha_forward_workspace_size", [&]() -> fmha_status {
     if (bytes == nullptr) return fail(kInvalid, "bytes is NULL");
-    fmha::Problem p;
-    const fmha::KernelEntry* kernel = nullptr;
-    const fmha_status s = prepare(handle, params, &p, &kernel, nullptr);
+    fmha::PointerMemoScope memo;  // this call's allocation lookups
+    Prepared pr;
+    const fmha_status s = prepare(handle, params, &pr, nullptr);
     if (s != FMHA_SUCCESS) return s;
-    *bytes = workspace_for(*kernel, p, handle->device);
+    *bytes = pr.workspace;
     return FMHA_SUCCESS;
   });
 }
@@ -191,11 +261,13 @@ fmha_status fmha_forward_workspace_size(fmha_handle handle, const fmha_forward_p
 fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, void* workspace,
                          size_t workspace_bytes) {
   return guard("fmha_forward", [&]() -> fmha_status {
-    fmha::Problem p;
-    const fmha::KernelEntry* kernel = nullptr;
-    fmha_status s = prepare(handle, params, &p, &kernel, nullptr);
+    fmha::PointerMemoScope memo;  // this call's allocation lookups (tensors, then the workspace)
+    Prepared pr;
+    fmha_status s = prepare(handle, params, &pr, nullptr);
     if (s != FMHA_SUCCESS) return s;
-    const size_t need = workspace_for(*kernel, p, handle->device);
+    const fmha::Problem& p = pr.problem;
+    const fmha::KernelEntry* kernel = pr.kernel;
+    const size_t need = pr.workspace;
     if (workspace_bytes < need)
       return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu but kernel %s needs %zu",
                   workspace_bytes, kernel->name, need);
@@ -234,13 +306,12 @@ fmha_status fmha_forward_explain(fmha_handle handle, const fmha_forward_params* 
   return guard("fmha_forward_explain", [&]() -> fmha_status {
     if (buf == nullptr || len == 0) return fail(kInvalid, "buf is NULL or len is 0");
     buf[0] = '\0';
-    fmha::Problem p;
-    const fmha::KernelEntry* kernel = nullptr;
+    fmha::PointerMemoScope memo;
+    Prepared pr;
     std::string text;
-    const fmha_status s = prepare(handle, params, &p, &kernel, &text);
+    const fmha_status s = prepare(handle, params, &pr, &text);
     if (s == FMHA_SUCCESS || s == FMHA_ERROR_UNSUPPORTED) {
-      if (s == FMHA_SUCCESS)
-        text += "workspace: " + std::to_string(workspace_for(*kernel, p, handle->device)) + " bytes\n";
+      if (s == FMHA_SUCCESS) text += "workspace: " + std::to_string(pr.workspace) + " bytes\n";
       std::snprintf(buf, len, "%s", text.c_str());
     }
     return s;

@@ -136,6 +136,42 @@ struct Search {
   }
 };
 
+// The view's last byte: base + sum (count - 1) * stride.
+i128 last_byte(const StridedBytes& v) {
+  i128 x = static_cast<i128>(v.base);
+  for (int d = 0; d < v.dims; ++d) x += static_cast<i128>(v.count[d] - 1) * v.stride[d];
+  return x;
+}
+
+// A sufficient test for "no two index tuples name one byte", exact when it
+// answers true: with the dimensions of count > 1 in ascending stride order,
+// each stride exceeds the reach (count - 1) * stride summed over all smaller
+// ones, so the index tuple is a mixed-radix number and distinct tuples land
+// on distinct bytes. Every dense or padded layout (BHND, BNHD, slices of a
+// wider buffer) passes; what fails goes to the exact search. Strides must be
+// > 0 where count > 1 (the caller checked).
+bool strides_nest(const StridedBytes& v) {
+  int64_t n[StridedBytes::kMaxDims], s[StridedBytes::kMaxDims];
+  int nd = 0;
+  for (int d = 0; d < v.dims; ++d)
+    if (v.count[d] > 1) {
+      // Insertion by stride, ascending (at most 5 entries).
+      int j = nd++;
+      for (; j > 0 && s[j - 1] > v.stride[d]; --j) {
+        s[j] = s[j - 1];
+        n[j] = n[j - 1];
+      }
+      s[j] = v.stride[d];
+      n[j] = v.count[d];
+    }
+  i128 reach = 0;
+  for (int d = 0; d < nd; ++d) {
+    if (static_cast<i128>(s[d]) <= reach) return false;
+    reach += static_cast<i128>(n[d] - 1) * s[d];
+  }
+  return true;
+}
+
 }  // namespace
 
 StridedBytes tensor_bytes(const void* data, const int64_t dims[4], const int64_t strides[4], int elem) {
@@ -164,6 +200,11 @@ StridedBytes contiguous_bytes(const void* data, uint64_t bytes) {
 }
 
 Overlap views_overlap(const StridedBytes& a, const StridedBytes& b) {
+  // Views whose byte ranges do not meet share no byte: the answer for
+  // tensors in separate buffers (every forward checks several such pairs),
+  // without building the canonical forms.
+  if (last_byte(a) < static_cast<i128>(b.base) || last_byte(b) < static_cast<i128>(a.base))
+    return Overlap::kDisjoint;
   Search s;
   return s.both(canonical(a), canonical(b));
 }
@@ -172,6 +213,7 @@ Overlap view_overlaps_itself(const StridedBytes& a) {
   // A dimension of stride 0 repeats its bytes (canonical() drops it).
   for (int d = 0; d < a.dims; ++d)
     if (a.count[d] > 1 && a.stride[d] == 0) return Overlap::kOverlap;
+  if (strides_nest(a)) return Overlap::kDisjoint;
   Search s;
   return s.self(canonical(a));
 }

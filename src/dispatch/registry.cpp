@@ -1,6 +1,7 @@
 #include "dispatch/registry.h"
 
 #include <cinttypes>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 
@@ -76,6 +77,19 @@ uint32_t required_features(const Problem& p) {
   return f;
 }
 
+// A reason with its values, formatted into buf; or, when no one will read
+// it (buf null: automatic dispatch without explain, i.e. every forward), the
+// static `brief` form, so passing over a kernel formats nothing.
+const char* reason(char* buf, size_t len, const char* brief, const char* format, ...) FMHA_PRINTF_LIKE(4, 5);
+const char* reason(char* buf, size_t len, const char* brief, const char* format, ...) {
+  if (buf == nullptr) return brief;
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, len, format, args);
+  va_end(args);
+  return buf;
+}
+
 const char* feature_name(uint32_t bit) {
   switch (bit) {
     case kFeatureCausal: return "causal masks";
@@ -90,23 +104,23 @@ const char* feature_name(uint32_t bit) {
   }
 }
 
+// "does not support <feature>", formatted only when someone reads it.
+const char* unsupported_feature(uint32_t bit, char* buf, size_t len) {
+  return reason(buf, len, "does not support a feature of the problem", "does not support %s", feature_name(bit));
+}
+
 // The alignment reason for one operand, or null.
 const char* misaligned(const char* name, const Operand& op, int64_t elem, int align, char* buf,
                        size_t len) {
-  if (op.stride[3] != 1) {
-    std::snprintf(buf, len, "needs %s.strides[3]=1, got %" PRId64, name, op.stride[3]);
-    return buf;
-  }
-  if (reinterpret_cast<uintptr_t>(op.data) % align != 0) {
-    std::snprintf(buf, len, "needs %s.data %d-byte aligned", name, align);
-    return buf;
-  }
+  if (op.stride[3] != 1)
+    return reason(buf, len, "needs head_dim stride 1", "needs %s.strides[3]=1, got %" PRId64, name, op.stride[3]);
+  if (reinterpret_cast<uintptr_t>(op.data) % align != 0)
+    return reason(buf, len, "needs aligned data", "needs %s.data %d-byte aligned", name, align);
   for (int d = 0; d < 3; ++d)
-    if ((op.stride[d] * elem) % align != 0) {
-      std::snprintf(buf, len, "needs %s.strides[%d]*%d bytes to be a multiple of %d, got %" PRId64,
-                    name, d, static_cast<int>(elem), align, op.stride[d]);
-      return buf;
-    }
+    if ((op.stride[d] * elem) % align != 0)
+      return reason(buf, len, "needs aligned strides",
+                    "needs %s.strides[%d]*%d bytes to be a multiple of %d, got %" PRId64, name, d,
+                    static_cast<int>(elem), align, op.stride[d]);
   return nullptr;
 }
 
@@ -122,26 +136,20 @@ const KernelEntry* find_kernel(const char* name) {
   return nullptr;
 }
 
-const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& dev, char* buf,
-                    size_t len) {
+const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& dev, char* buf, size_t len,
+                    bool format_reason) {
+  // The reasons below format (into buf) only when someone will read them.
+  char* const out = format_reason ? buf : nullptr;
   if (e.device != dev.kind) return e.device == FMHA_DEVICE_CPU ? "runs on CPU handles" : "runs on CUDA handles";
-  if (e.device == FMHA_DEVICE_CUDA && (dev.sm < e.sm_min || dev.sm > e.sm_max)) {
-    std::snprintf(buf, len, "needs sm_%d..sm_%d, device is sm_%d", e.sm_min, e.sm_max, dev.sm);
-    return buf;
-  }
-  if (!(e.dtypes & dtype_bit(p.dtype))) {
-    std::snprintf(buf, len, "does not run dtype %s", dtype_name(p.dtype));
-    return buf;
-  }
-  if (!head_dim_ok(e.head_dims, p.head_dim)) {
-    std::snprintf(buf, len, "does not run head_dim=%" PRId64, p.head_dim);
-    return buf;
-  }
+  if (e.device == FMHA_DEVICE_CUDA && (dev.sm < e.sm_min || dev.sm > e.sm_max))
+    return reason(out, len, "needs another compute capability", "needs sm_%d..sm_%d, device is sm_%d", e.sm_min,
+                  e.sm_max, dev.sm);
+  if (!(e.dtypes & dtype_bit(p.dtype)))
+    return reason(out, len, "does not run this dtype", "does not run dtype %s", dtype_name(p.dtype));
+  if (!head_dim_ok(e.head_dims, p.head_dim))
+    return reason(out, len, "does not run this head_dim", "does not run head_dim=%" PRId64, p.head_dim);
   const uint32_t missing = required_features(p) & ~e.features;
-  if (missing) {
-    std::snprintf(buf, len, "does not support %s", feature_name(missing & (~missing + 1)));
-    return buf;
-  }
+  if (missing) return unsupported_feature(missing & (~missing + 1), out, len);
   if (e.align_bytes > 0) {
     const int64_t elem = dtype_size(p.dtype);
     const struct {
@@ -149,7 +157,7 @@ const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& de
       const Operand* op;
     } ops[] = {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"o", &p.o}};
     for (const auto& x : ops)
-      if (const char* r = misaligned(x.name, *x.op, elem, e.align_bytes, buf, len)) return r;
+      if (const char* r = misaligned(x.name, *x.op, elem, e.align_bytes, out, len)) return r;
   }
   if (e.supports) return e.supports(p, dev);
   return nullptr;
@@ -181,7 +189,8 @@ fmha_status select_kernel(const Problem& p, const DeviceInfo& dev, const KernelE
     used[best] = true;
     const KernelEntry& e = kKernels[best];
     if (e.device != dev.kind) continue;  // other device's kernels are not candidates
-    if (const char* reason = why_not(e, p, dev, buf, sizeof buf)) {
+    // The reason is formatted only for explain: a forward formats nothing.
+    if (const char* reason = why_not(e, p, dev, buf, sizeof buf, explain != nullptr)) {
       if (explain) *explain += std::string("passed over ") + e.name + ": " + reason + "\n";
       continue;
     }

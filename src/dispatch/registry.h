@@ -71,9 +71,11 @@ const KernelEntry& kernel_at(int index);
 const KernelEntry* find_kernel(const char* name);
 
 // Null when `entry` can run `p` on `dev`; else a short reason written into
-// `reason_buf` or a static string.
+// `reason_buf` (never null) or a static string. With format_reason false
+// nothing is formatted (the per-forward dispatch, where no one reads the
+// reason): the reason is a static string without the values.
 const char* why_not(const KernelEntry& entry, const Problem& p, const DeviceInfo& dev,
-                    char* reason_buf, size_t reason_len);
+                    char* reason_buf, size_t reason_len, bool format_reason = true);
 
 // The entry to run: the forced one if p.forced_kernel is set (INVALID_ARGUMENT
 // when no kernel has that name, UNSUPPORTED when it cannot run p), else the

@@ -10,9 +10,14 @@ namespace fmha::cuda {
 // (or no driver) is present or the ordinal names none.
 fmha_status query_device(int ordinal, DeviceInfo* info);
 
-// Where `ptr` lives, as far as the runtime can tell (PointerKind,
+// Where `ptr` lives, as far as the driver can tell (PointerKind,
 // core/device_info.h). `*device` (may be null) receives the owning device
-// for kDevice. Matches core/validate.h's PointerKindQuery.
+// for kDevice. Matches core/validate.h's PointerKindQuery. One driver call
+// (cuPointerGetAttributes; the runtime's cudaPointerGetAttributes when the
+// driver's entry point is missing or fails), or none when the calling
+// thread's PointerMemoScope (core/pointer_memo.h) already holds the
+// cudaMalloc allocation that contains ptr; such allocations are remembered
+// there for the rest of the call. Nothing is remembered across calls.
 PointerKind pointer_kind(const void* ptr, int* device);
 
 // True once a CUDA handle was created in this process. CPU handles check
