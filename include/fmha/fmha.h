@@ -242,10 +242,25 @@ typedef struct fmha_forward_params {
 #define FMHA_FORWARD_PARAMS_SIZE_V2 ((uint32_t)sizeof(fmha_forward_params))
 #endif
 
-/* Sets struct_size (FMHA_FORWARD_PARAMS_SIZE_V2) and the defaults: zeroed
- * tensors, no mask, scale 0, softcap 0, windows -1, kernel NULL, num_splits
- * 0, lse NULL, dense layout (every serving field 0/NULL). NULL is ignored. */
-FMHA_API void fmha_forward_params_init(fmha_forward_params* params);
+/* Sets the defaults of a params struct of struct_size bytes (the caller's
+ * sizeof): zeroes all struct_size bytes, then sets struct_size, windows -1
+ * (every other default is 0/NULL: no mask, scale 0, softcap 0, kernel NULL,
+ * num_splits 0, lse NULL, the dense layout). It never writes past
+ * struct_size bytes, so a program built against an older header, whose
+ * struct is smaller, keeps its memory intact; a size this library never
+ * shipped is then refused by fmha_forward. NULL, or struct_size < 4, is
+ * ignored. C and C++ callers use the macro below; bindings that cannot (FFI
+ * through ctypes, bindgen) call it with their struct's size. */
+FMHA_API void fmha_forward_params_init_sized(fmha_forward_params* params, size_t struct_size);
+
+/* The init every program should call: its own struct's size. */
+#define fmha_forward_params_init(params) \
+  fmha_forward_params_init_sized((params), sizeof(fmha_forward_params))
+
+/* The 0.1 entry point, kept for programs built against 0.1 (they call the
+ * symbol, not the macro): initializes FMHA_FORWARD_PARAMS_SIZE_V1 bytes,
+ * forever. The parentheses keep the macro above from expanding. */
+FMHA_API void(fmha_forward_params_init)(fmha_forward_params* params);
 
 /* ---- handles ----------------------------------------------------------- */
 

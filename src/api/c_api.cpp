@@ -1,6 +1,7 @@
 // extern "C" entry points: argument checks, handle state, and the hand-off
 // to validation and dispatch. Each body runs inside guard().
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -142,14 +143,22 @@ const char* fmha_status_string(fmha_status status) {
 
 const char* fmha_last_error_message(void) { return fmha::last_error(); }
 
-void fmha_forward_params_init(fmha_forward_params* params) {
-  if (params == nullptr) return;
+void fmha_forward_params_init_sized(fmha_forward_params* params, size_t struct_size) {
+  if (params == nullptr || struct_size < sizeof(uint32_t)) return;
   // Zero is the default of every field (no mask, scale and softcap 0, no
-  // lse, automatic kernel and splits) except these.
-  std::memset(params, 0, sizeof *params);
-  params->struct_size = FMHA_FORWARD_PARAMS_SIZE_V2;
-  params->window_left = -1;
-  params->window_right = -1;
+  // lse, automatic kernel and splits, the dense layout) except these. The
+  // caller's struct has struct_size bytes: write those, no more.
+  std::memset(params, 0, struct_size);
+  params->struct_size = static_cast<uint32_t>(std::min<size_t>(struct_size, UINT32_MAX));
+  constexpr size_t kWindowsEnd = offsetof(fmha_forward_params, window_right) + sizeof(int32_t);
+  if (struct_size >= kWindowsEnd) {
+    params->window_left = -1;
+    params->window_right = -1;
+  }
+}
+
+void(fmha_forward_params_init)(fmha_forward_params* params) {
+  fmha_forward_params_init_sized(params, FMHA_FORWARD_PARAMS_SIZE_V1);
 }
 
 fmha_status fmha_create(fmha_handle* handle, fmha_device_kind kind, int device_ordinal) {

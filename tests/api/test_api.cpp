@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -104,7 +105,42 @@ TEST_CASE("params init sets struct_size and the defaults") {
   CHECK(p.lse == nullptr);
   CHECK(p.num_splits == 0);
   CHECK(p.q.data == nullptr);
+  CHECK(p.num_seqs == 0);
+  CHECK(p.cu_seqlens_q == nullptr);
+  CHECK(p.block_table == nullptr);
+  CHECK(p.max_seqlen_k == 0);
   fmha_forward_params_init(nullptr);  // ignored, no crash
+}
+
+TEST_CASE("params init never writes past the caller's struct (a program built against 0.1)") {
+  // A 0.1 program's struct is FMHA_FORWARD_PARAMS_SIZE_V1 bytes and it calls
+  // the exported symbol, not the macro.
+  unsigned char buf[sizeof(fmha_forward_params) + 64];
+  std::memset(buf, 0xab, sizeof buf);
+  auto* p = reinterpret_cast<fmha_forward_params*>(buf);
+  (fmha_forward_params_init)(p);
+  CHECK(p->struct_size == FMHA_FORWARD_PARAMS_SIZE_V1);
+  CHECK(p->window_left == -1);
+  CHECK(p->window_right == -1);
+  CHECK(p->reserved_ == 0);
+  for (size_t i = FMHA_FORWARD_PARAMS_SIZE_V1; i < sizeof buf; ++i) REQUIRE(buf[i] == 0xab);
+
+  // The sized init writes exactly the size it is given: a future, larger
+  // struct is zeroed whole (and then refused by forward); a tiny one only
+  // gets its struct_size.
+  std::memset(buf, 0xab, sizeof buf);
+  fmha_forward_params_init_sized(p, FMHA_FORWARD_PARAMS_SIZE_V2 + 16);
+  CHECK(p->struct_size == FMHA_FORWARD_PARAMS_SIZE_V2 + 16);
+  for (size_t i = 4; i < FMHA_FORWARD_PARAMS_SIZE_V2 + 16; ++i)
+    if (i < offsetof(fmha_forward_params, window_left) || i >= offsetof(fmha_forward_params, window_right) + 4)
+      REQUIRE(buf[i] == 0);
+  for (size_t i = FMHA_FORWARD_PARAMS_SIZE_V2 + 16; i < sizeof buf; ++i) REQUIRE(buf[i] == 0xab);
+  std::memset(buf, 0xab, sizeof buf);
+  fmha_forward_params_init_sized(p, 8);
+  CHECK(p->struct_size == 8u);
+  for (size_t i = 8; i < sizeof buf; ++i) REQUIRE(buf[i] == 0xab);
+  fmha_forward_params_init_sized(p, 3);  // no room for struct_size: ignored
+  CHECK(p->struct_size == 8u);
 }
 
 TEST_CASE("handles: create, destroy, stream, threads") {
