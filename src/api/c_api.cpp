@@ -8,9 +8,12 @@
 
 #include "api/context.h"
 #include "api/guard.h"
+#include "backend/cpu/cpu_merge.h"
+#include "core/merge.h"
 #include "core/validate.h"
 #include "dispatch/registry.h"
 #if FMHA_WITH_CUDA
+#include "backend/cuda/common/merge.h"
 #include "backend/cuda/cuda_device.h"
 #endif
 
@@ -219,6 +222,32 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
     ctx.workspace = workspace;
     ctx.workspace_bytes = workspace_bytes;
     return kernel->run(p, ctx);
+  });
+}
+
+void fmha_merge_params_init(fmha_merge_params* params) {
+  if (params == nullptr) return;
+  std::memset(params, 0, sizeof *params);
+  params->struct_size = FMHA_MERGE_PARAMS_SIZE_V1;
+}
+
+fmha_status fmha_merge(fmha_handle handle, const fmha_merge_params* params) {
+  return guard("fmha_merge", [&]() -> fmha_status {
+    if (handle == nullptr) return fail(kInvalid, "handle is NULL");
+    fmha::MergeProblem p;
+    fmha_status s = fmha::build_merge_problem(params, &p);
+    if (s != FMHA_SUCCESS) return s;
+    if ((s = fmha::check_merge_memory_location(p, handle->device, pointer_query(handle->device))) != FMHA_SUCCESS)
+      return s;
+    if (p.empty()) return FMHA_SUCCESS;
+    if (handle->device.kind == FMHA_DEVICE_CPU) return fmha::cpu::merge(p, handle->pool.get());
+#if FMHA_WITH_CUDA
+    fmha::cuda::ScopedDevice device_scope;  // restores the caller's device on return
+    if ((s = device_scope.enter(handle->device.ordinal)) != FMHA_SUCCESS) return s;
+    return fmha::cuda::launch_merge(p, handle->stream);
+#else
+    return fail(FMHA_ERROR_INTERNAL, "fmha_merge: a CUDA handle in a build without CUDA");
+#endif
   });
 }
 

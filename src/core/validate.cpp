@@ -66,6 +66,8 @@ fmha_status check_tensor(const char* name, const fmha_tensor& t) {
   return FMHA_SUCCESS;
 }
 
+}  // namespace
+
 StridedBytes tensor_view(const fmha_tensor& t) {
   return tensor_bytes(t.data, t.dims, t.strides, dtype_size(t.dtype));
 }
@@ -103,6 +105,8 @@ fmha_status check_no_self_overlap(const char* name, const fmha_tensor& t) {
                   t.strides[0], t.strides[1], t.strides[2], t.strides[3], name);
   }
 }
+
+namespace {
 
 fmha_status check_finite_nonneg(const char* name, float value) {
   if (std::isnan(value) || std::isinf(value) || value < 0.f)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/device_info.h"
+#include "core/overlap.h"
 #include "core/problem.h"
 
 #include <cstddef>
@@ -16,6 +17,17 @@ namespace fmha {
 // alignment, dims up to FMHA_MAX_DIM, and overlap (exact, core/overlap.h) of
 // o and lse with the inputs and of o with itself.
 fmha_status build_problem(const fmha_forward_params* params, Problem* out);
+
+// The bytes of a tensor view (core/overlap.h), for the overlap checks.
+StridedBytes tensor_view(const fmha_tensor& t);
+
+// Fails (naming both) unless the write target `out` shares no byte with
+// `in`; a layout too irregular to decide counts as an overlap.
+fmha_status check_disjoint(const char* out_name, const StridedBytes& out, const char* in_name,
+                           const StridedBytes& in);
+
+// Fails unless no two elements of the tensor share a byte.
+fmha_status check_no_self_overlap(const char* name, const fmha_tensor& t);
 
 // Checks that the `bytes` of workspace a kernel will use share no byte with
 // q, k, v, o or lse.
