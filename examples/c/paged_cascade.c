@@ -275,9 +275,9 @@ int main(int argc, char** argv) {
          fmha_version() / 10000, fmha_version() / 100 % 100, fmha_version() % 100,
          g_kind == FMHA_DEVICE_CUDA ? "cuda" : "cpu", kRequests, full_used[0], full_used[1], full_used[2],
          full_used[3], kPages, kPageSize);
-  printf("  paged decode vs float64:               max error %.2e\n", err_decode);
-  printf("  cascade (prefix + suffix, fmha_merge) vs float64: max error %.2e\n", err_cascade);
-  printf("  cascade vs the single forward:         max difference %.2e\n", err_merge_vs_full);
+  printf("  paged decode vs float64:                           max error %.2e\n", err_decode);
+  printf("  cascade (prefix + suffix, fmha_merge) vs float64:   max error %.2e\n", err_cascade);
+  printf("  cascade vs the single forward over all the keys:    max difference %.2e\n", err_merge_vs_full);
 
   void* all[] = {dk, dv, dq, d_full_table, d_prefix_table, d_suffix_table, d_full_used, d_prefix_used,
                  d_suffix_used, o_full, o_prefix, o_suffix, lse_full, lse_prefix, lse_suffix};
