@@ -354,7 +354,10 @@ FMHA_API void fmha_merge_params_init(fmha_merge_params* params);
  * pointer, including the o_parts and lse_parts arrays' targets, in device
  * memory, while the o_parts and lse_parts arrays themselves are host
  * memory). Validation as fmha_forward: on any error nothing is written.
- * B, N = 0 are empty work (SUCCESS). Needs no workspace. */
+ * B, N = 0 are empty work (SUCCESS). Needs no workspace. On CUDA more than
+ * 64 parts are merged in rounds that carry the running result in o and lse
+ * (o rounded to its dtype between rounds): lse is then required, else
+ * FMHA_ERROR_UNSUPPORTED. */
 FMHA_API fmha_status fmha_merge(fmha_handle handle, const fmha_merge_params* params);
 
 /* ---- introspection ----------------------------------------------------- */
