@@ -484,3 +484,177 @@ TEST_CASE("merge: every invalid argument names its field and writes nothing") {
   f.p.lse = f.lse_part(0);
   CHECK_MESSAGE(fmha_merge(f.h, &f.p) == FMHA_SUCCESS, fmha_last_error_message());
 }
+
+namespace {
+
+// The byte offsets (in an arena) a [B, H, N, D] view covers.
+std::vector<int64_t> view_bytes(int64_t base, const int64_t dims[4], const int64_t strides[4], int64_t esize) {
+  std::vector<int64_t> out;
+  for (int64_t b = 0; b < dims[0]; ++b)
+    for (int64_t h = 0; h < dims[1]; ++h)
+      for (int64_t n = 0; n < dims[2]; ++n)
+        for (int64_t d = 0; d < dims[3]; ++d)
+          for (int64_t e = 0; e < esize; ++e)
+            out.push_back(base + (b * strides[0] + h * strides[1] + n * strides[2] + d * strides[3]) * esize + e);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+bool intersect(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  std::vector<int64_t> both;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  return !both.empty();
+}
+
+}  // namespace
+
+TEST_CASE("merge: random placements in one arena: overlap verdicts, outputs and nothing else written") {
+  // Parts, lse arrays, o and lse at random places and layouts in one F32
+  // arena, sometimes aliasing. fmha_merge must accept exactly the placements
+  // a byte-by-byte comparison allows (o disjoint from everything but
+  // o_parts[0] itself, lse from everything but lse_parts[0]), then write o
+  // and lse only, with the float64 merge's values; refuse the others and
+  // write nothing.
+  fmha_test::Rng rng(20261130);
+  fmha_handle h = nullptr;
+  REQUIRE(fmha_create(&h, FMHA_DEVICE_CPU, 0) == FMHA_SUCCESS);
+  constexpr int64_t kArena = 600;
+  int accepted = 0, refused = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    CAPTURE(iter);
+    const int64_t dims[4] = {1 + static_cast<int64_t>(rng.below(2)), 1 + static_cast<int64_t>(rng.below(2)),
+                             1 + static_cast<int64_t>(rng.below(3)), 1 + static_cast<int64_t>(rng.below(4))};
+    const int64_t rows = dims[0] * dims[1] * dims[2], elems = rows * dims[3];
+    const int n = 1 + static_cast<int>(rng.below(3));
+    auto layout = [&](int64_t strides[4]) {
+      switch (rng.below(3)) {
+        case 0: {  // BHND
+          const int64_t s[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+          std::memcpy(strides, s, sizeof s);
+          break;
+        }
+        case 1: {  // BNHD
+          const int64_t s[4] = {dims[2] * dims[1] * dims[3], dims[3], dims[1] * dims[3], 1};
+          std::memcpy(strides, s, sizeof s);
+          break;
+        }
+        default: {  // rows padded: every other element (interleavable with another view)
+          const int64_t s[4] = {2 * dims[1] * dims[2] * dims[3], 2 * dims[2] * dims[3], 2 * dims[3], 2};
+          std::memcpy(strides, s, sizeof s);
+        }
+      }
+    };
+    auto place = [&](int64_t span) { return static_cast<int64_t>(rng.below(static_cast<uint64_t>(kArena - span))); };
+    const int64_t span = 2 * elems;  // the padded layout's reach
+    std::vector<float> arena(kArena);
+    for (float& x : arena) x = static_cast<float>(rng.normal());
+    std::vector<fmha_tensor> parts(static_cast<size_t>(n));
+    std::vector<const float*> lses(static_cast<size_t>(n));
+    std::vector<int64_t> part_at(static_cast<size_t>(n)), lse_at(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      fmha_tensor& t = parts[i];
+      part_at[i] = place(span);
+      t.data = arena.data() + part_at[i];
+      t.dtype = FMHA_DTYPE_F32;
+      std::memcpy(t.dims, dims, sizeof dims);
+      layout(t.strides);
+      lse_at[i] = place(rows);
+      lses[i] = arena.data() + lse_at[i];
+      for (int64_t r = 0; r < rows; ++r)  // some parts see no key of a row
+        if (rng.below(5) == 0) arena[lse_at[i] + r] = kNegInf;
+    }
+    fmha_tensor o = parts[0];
+    int64_t o_at = part_at[0];
+    if (rng.below(3) != 0) {
+      o_at = place(span);
+      o.data = arena.data() + o_at;
+      layout(o.strides);
+    }
+    int64_t out_lse_at = rng.below(3) == 0 ? lse_at[0] : place(rows);
+    const bool with_lse = rng.below(4) != 0;
+
+    // The byte-level verdict.
+    const std::vector<int64_t> o_bytes = view_bytes(o_at * 4, dims, o.strides, 4);
+    const int64_t lse_dims[4] = {1, 1, 1, rows}, unit[4] = {0, 0, 0, 1};
+    const std::vector<int64_t> out_lse_bytes = view_bytes(out_lse_at * 4, lse_dims, unit, 4);
+    bool legal = o_bytes.size() == static_cast<size_t>(elems * 4);  // o does not overlap itself
+    for (int i = 0; i < n; ++i) {
+      const std::vector<int64_t> pb = view_bytes(part_at[i] * 4, dims, parts[i].strides, 4);
+      const std::vector<int64_t> lb = view_bytes(lse_at[i] * 4, lse_dims, unit, 4);
+      bool o_is_part0 = i == 0 && o.data == parts[0].data;  // same elements: strides of size-1 dims do not matter
+      for (int d = 0; d < 4; ++d) o_is_part0 = o_is_part0 && (dims[d] == 1 || o.strides[d] == parts[0].strides[d]);
+      if (!o_is_part0 && intersect(o_bytes, pb)) legal = false;
+      if (intersect(o_bytes, lb)) legal = false;
+      if (with_lse) {
+        if (intersect(out_lse_bytes, pb) || intersect(out_lse_bytes, o_bytes)) legal = false;
+        if (!(i == 0 && out_lse_at == lse_at[0]) && intersect(out_lse_bytes, lb)) legal = false;
+      }
+    }
+
+    // The expected values, from the arena before the call.
+    std::vector<double> want_o(static_cast<size_t>(elems)), want_lse(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t nn = r % dims[2], hh = r / dims[2] % dims[1], bb = r / dims[2] / dims[1];
+      double m = -INFINITY;
+      for (int i = 0; i < n; ++i) m = std::max<double>(m, arena[lse_at[i] + r]);
+      double sum = 0;
+      for (int i = 0; i < n; ++i) sum += m == -INFINITY ? 0 : std::exp(arena[lse_at[i] + r] - m);
+      want_lse[r] = m == -INFINITY ? -INFINITY : m + std::log(sum);
+      for (int64_t d = 0; d < dims[3]; ++d) {
+        double acc = 0;
+        for (int i = 0; i < n; ++i)
+          if (arena[lse_at[i] + r] != kNegInf)
+            acc += std::exp(arena[lse_at[i] + r] - m) / sum *
+                   arena[part_at[i] + bb * parts[i].strides[0] + hh * parts[i].strides[1] + nn * parts[i].strides[2] +
+                         d * parts[i].strides[3]];
+        want_o[r * dims[3] + d] = acc;
+      }
+    }
+
+    const std::vector<float> before = arena;
+    fmha_merge_params mp;
+    fmha_merge_params_init(&mp);
+    mp.num_parts = n;
+    mp.o_parts = parts.data();
+    mp.lse_parts = lses.data();
+    mp.o = o;
+    mp.lse = with_lse ? arena.data() + out_lse_at : nullptr;
+    const fmha_status s = fmha_merge(h, &mp);
+    CHECK_MESSAGE((s == FMHA_SUCCESS) == legal, fmha_last_error_message());
+    if (s != FMHA_SUCCESS) {
+      ++refused;
+      CHECK(std::string(fmha_last_error_message()).find("overlap") != std::string::npos);
+      CHECK(std::memcmp(before.data(), arena.data(), arena.size() * sizeof(float)) == 0);
+      continue;
+    }
+    ++accepted;
+    std::vector<bool> written(static_cast<size_t>(kArena), false);
+    for (int64_t byte : o_bytes) written[byte / 4] = true;
+    if (with_lse)
+      for (int64_t byte : out_lse_bytes) written[byte / 4] = true;
+    int64_t outside = 0;
+    for (int64_t e = 0; e < kArena; ++e)
+      if (!written[e]) outside += std::memcmp(&before[e], &arena[e], sizeof(float)) != 0;
+    CHECK(outside == 0);
+    double worst = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t nn = r % dims[2], hh = r / dims[2] % dims[1], bb = r / dims[2] / dims[1];
+      for (int64_t d = 0; d < dims[3]; ++d) {
+        const float got = arena[o_at + bb * o.strides[0] + hh * o.strides[1] + nn * o.strides[2] + d * o.strides[3]];
+        worst = std::max(worst, std::fabs(got - want_o[r * dims[3] + d]));
+      }
+      if (with_lse) {
+        const float got = arena[out_lse_at + r];
+        if (want_lse[r] == -INFINITY)
+          CHECK(got == kNegInf);
+        else
+          worst = std::max(worst, std::fabs(got - want_lse[r]));
+      }
+    }
+    CHECK(worst <= 1e-5);
+  }
+  CHECK(accepted > 20);  // both verdicts are exercised
+  CHECK(refused > 20);
+  fmha_destroy(h);
+}

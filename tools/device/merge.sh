@@ -11,10 +11,16 @@
 #      float64 forward over all the keys, graph capture on the handle's
 #      stream, and validation (host memory, rounds without lse)
 #   3. the same cases under compute-sanitizer memcheck and racecheck
+#   4. examples/c/paged_cascade.c on the CUDA handle (compiled here against
+#      the built libfmha, the examples being off): a paged decode step and
+#      its cascade merged with fmha_merge, against float64 (needs the CUDA
+#      kernels' paged support from issue9-cuda; without it the decode step
+#      reports FMHA_ERROR_UNSUPPORTED)
 #
-# writing build.log, merge.log, memcheck.log, racecheck.log and summary.txt
-# under $OUT. Every step should end with rc=0, doctest "Status: SUCCESS!"
-# and the sanitizers with "ERROR SUMMARY: 0 errors".
+# writing build.log, merge.log, memcheck.log, racecheck.log, example.log and
+# summary.txt under $OUT. Every step should end with rc=0, doctest "Status:
+# SUCCESS!", the sanitizers with "ERROR SUMMARY: 0 errors" and the example
+# with "PASS".
 set -u -o pipefail
 bdir=${MERGE_BUILD_DIR:-build}
 out=${OUT:-$PWD/merge-out}
@@ -47,5 +53,10 @@ step memcheck "$out/memcheck.log" timeout 900 $cs --tool memcheck "$tg" -tc='cud
 grep -E "ERROR SUMMARY|\[doctest\] test cases" "$out/memcheck.log" | sed 's/^/  /' | tee -a "$summary"
 step racecheck "$out/racecheck.log" timeout 900 $cs --tool racecheck "$tg" -tc='cuda merge: random*' || status=1
 grep -E "RACECHECK SUMMARY|ERROR SUMMARY|\[doctest\] test cases" "$out/racecheck.log" | sed 's/^/  /' | tee -a "$summary"
+cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
+step example "$out/example.log" sh -c "cc -std=c11 -O2 -DFMHA_EXAMPLE_CUDA=1 -Iinclude -I$cuda_home/include \
+  examples/c/paged_cascade.c -o $bdir/paged_cascade_cuda -L$bdir/src -lfmha -L$cuda_home/lib64 -lcudart -lm &&
+  LD_LIBRARY_PATH=$bdir/src:$cuda_home/lib64 $bdir/paged_cascade_cuda cuda" || status=1
+tail -5 "$out/example.log" | sed 's/^/  /' | tee -a "$summary"
 note "merge.sh: $([ $status = 0 ] && echo PASS || echo FAIL)"
 exit $status
