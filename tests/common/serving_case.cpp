@@ -516,7 +516,7 @@ CaseResult PreparedServingCase::run(fmha_handle handle, DeviceMemory& memory, co
     r.lse_checked = true;
     std::vector<float> lse(static_cast<size_t>(rows));
     std::vector<uint8_t> lse_unwritten(lse.size());
-    std::memcpy(lse.data(), lse_back.data() + kGuardBytes, lse.size() * 4);
+    if (!lse.empty()) std::memcpy(lse.data(), lse_back.data() + kGuardBytes, lse.size() * 4);
     for (size_t e = 0; e < lse.size(); ++e) {
       const bool poison = is_poison(lse_back.data() + kGuardBytes, FMHA_DTYPE_F32, static_cast<int64_t>(e));
       if (!ref_.owned[e]) {
