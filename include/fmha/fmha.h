@@ -361,10 +361,26 @@ typedef struct fmha_merge_params {
   float* lse;
 } fmha_merge_params;
 
+/* The size of fmha_merge_params as shipped in 0.2 (a literal: it never
+ * moves; later versions grow the struct at the end). */
+#if UINTPTR_MAX == 0xffffffffffffffffu
+#define FMHA_MERGE_PARAMS_SIZE_V1 ((uint32_t)112)
+#else
 #define FMHA_MERGE_PARAMS_SIZE_V1 ((uint32_t)sizeof(fmha_merge_params))
+#endif
 
-/* Sets struct_size and zeroes the rest. NULL is ignored. */
-FMHA_API void fmha_merge_params_init(fmha_merge_params* params);
+/* As fmha_forward_params_init_sized: zeroes struct_size bytes (the
+ * caller's sizeof), then sets struct_size; never writes past them. NULL,
+ * or struct_size < 4, is ignored. */
+FMHA_API void fmha_merge_params_init_sized(fmha_merge_params* params, size_t struct_size);
+
+/* The init every program should call: its own struct's size. */
+#define fmha_merge_params_init(params) \
+  fmha_merge_params_init_sized((params), sizeof(fmha_merge_params))
+
+/* The exported symbol, for FFI callers without the macro: initializes
+ * FMHA_MERGE_PARAMS_SIZE_V1 bytes, forever. */
+FMHA_API void(fmha_merge_params_init)(fmha_merge_params* params);
 
 /* Merges on the handle's device (CUDA: asynchronously on its stream; every
  * pointer, including the o_parts and lse_parts arrays' targets, in device

@@ -320,10 +320,14 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
   });
 }
 
-void fmha_merge_params_init(fmha_merge_params* params) {
-  if (params == nullptr) return;
-  std::memset(params, 0, sizeof *params);
-  params->struct_size = FMHA_MERGE_PARAMS_SIZE_V1;
+void fmha_merge_params_init_sized(fmha_merge_params* params, size_t struct_size) {
+  if (params == nullptr || struct_size < sizeof(uint32_t)) return;
+  std::memset(params, 0, struct_size);  // the caller's struct has these bytes, no more
+  params->struct_size = static_cast<uint32_t>(std::min<size_t>(struct_size, UINT32_MAX));
+}
+
+void(fmha_merge_params_init)(fmha_merge_params* params) {
+  fmha_merge_params_init_sized(params, FMHA_MERGE_PARAMS_SIZE_V1);
 }
 
 fmha_status fmha_merge(fmha_handle handle, const fmha_merge_params* params) {

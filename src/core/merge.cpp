@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/overlap.h"
 
+static_assert(sizeof(fmha_merge_params) == FMHA_MERGE_PARAMS_SIZE_V1, "FMHA_MERGE_PARAMS_SIZE_V1 is the 0.2 size: fields only grow at the end");
+
 namespace fmha {
 namespace {
 

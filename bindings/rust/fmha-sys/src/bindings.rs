@@ -552,6 +552,9 @@ fn bindgen_test_layout_fmha_forward_params() {
     test_field_reserved2_();
 }
 extern "C" {
+    pub fn fmha_forward_params_init_sized(params: *mut fmha_forward_params, struct_size: usize);
+}
+extern "C" {
     pub fn fmha_forward_params_init(params: *mut fmha_forward_params);
 }
 #[repr(C)]
@@ -737,6 +740,9 @@ fn bindgen_test_layout_fmha_merge_params() {
         );
     }
     test_field_lse();
+}
+extern "C" {
+    pub fn fmha_merge_params_init_sized(params: *mut fmha_merge_params, struct_size: usize);
 }
 extern "C" {
     pub fn fmha_merge_params_init(params: *mut fmha_merge_params);

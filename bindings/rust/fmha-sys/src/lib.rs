@@ -21,7 +21,10 @@ include!("bindings.rs");
 /// `reserved_`): a caller built against 0.1 passes it, and 0.2 accepts it.
 pub const FMHA_FORWARD_PARAMS_SIZE_V1: u32 = 368;
 /// The size of `fmha_forward_params` as shipped in 0.2 (the serving
-/// layouts), what `fmha_forward_params_init` writes.
+/// layouts). Initialize a struct with `fmha_forward_params_init_sized(p,
+/// size_of::<fmha_forward_params>())`: the C macro `fmha_forward_params_init`
+/// does that, while the exported symbol of the same name initializes the 0.1
+/// size (for programs built against 0.1).
 pub const FMHA_FORWARD_PARAMS_SIZE_V2: u32 = 424;
 /// The size of `fmha_merge_params` as shipped in 0.2.
 pub const FMHA_MERGE_PARAMS_SIZE_V1: u32 = 112;
@@ -42,7 +45,7 @@ mod tests {
     fn params_layout_agrees_with_library() {
         let mut p = core::mem::MaybeUninit::<fmha_forward_params>::zeroed();
         let p = unsafe {
-            fmha_forward_params_init(p.as_mut_ptr());
+            fmha_forward_params_init_sized(p.as_mut_ptr(), core::mem::size_of::<fmha_forward_params>());
             p.assume_init()
         };
         assert_eq!(p.struct_size, FMHA_FORWARD_PARAMS_SIZE_V2);
@@ -85,11 +88,21 @@ mod tests {
         );
         let mut m = core::mem::MaybeUninit::<fmha_merge_params>::zeroed();
         let m = unsafe {
-            fmha_merge_params_init(m.as_mut_ptr());
+            fmha_merge_params_init_sized(m.as_mut_ptr(), core::mem::size_of::<fmha_merge_params>());
             m.assume_init()
         };
         assert_eq!(m.struct_size, FMHA_MERGE_PARAMS_SIZE_V1);
         assert!(m.o_parts.is_null() && m.lse_parts.is_null() && m.lse.is_null());
+    }
+
+    /// The exported `fmha_forward_params_init` is 0.1's: it writes 368 bytes
+    /// and no more (a program built against 0.1 has no room for the rest).
+    #[test]
+    fn the_0_1_init_symbol_writes_only_the_0_1_size() {
+        let mut buf = [0xabu8; core::mem::size_of::<fmha_forward_params>() + 16];
+        unsafe { fmha_forward_params_init(buf.as_mut_ptr() as *mut fmha_forward_params) };
+        assert_eq!(u32::from_ne_bytes(buf[0..4].try_into().unwrap()), FMHA_FORWARD_PARAMS_SIZE_V1);
+        assert!(buf[FMHA_FORWARD_PARAMS_SIZE_V1 as usize..].iter().all(|&b| b == 0xab));
     }
 
     #[test]

@@ -408,7 +408,10 @@ impl Handle {
         }
         let mut raw = unsafe {
             let mut p = std::mem::MaybeUninit::<sys::fmha_forward_params>::zeroed();
-            sys::fmha_forward_params_init(p.as_mut_ptr());
+            sys::fmha_forward_params_init_sized(
+                p.as_mut_ptr(),
+                std::mem::size_of::<sys::fmha_forward_params>(),
+            );
             p.assume_init()
         };
         raw.q = c_tensor(q.ptr, q.layout, "q")?;
@@ -749,7 +752,10 @@ impl Handle {
         }
         let mut raw = unsafe {
             let mut m = std::mem::MaybeUninit::<sys::fmha_merge_params>::zeroed();
-            sys::fmha_merge_params_init(m.as_mut_ptr());
+            sys::fmha_merge_params_init_sized(
+                m.as_mut_ptr(),
+                std::mem::size_of::<sys::fmha_merge_params>(),
+            );
             m.assume_init()
         };
         raw.num_parts = num_parts;
