@@ -36,6 +36,13 @@
 // on the problem only, never on the thread count, so any number of threads
 // gives bitwise the same result.
 //
+// Serving layouts (packed q/k, seqused_k, paged K/V): a work item belongs
+// to one sequence b, whose extent comes from core/seq_layout.h (seq_extent,
+// clamped; page_slot for each paged key), so its query rows, keys and mask
+// diagonal are its own; the plan (blocks, splits) is that of the bound
+// problem (max_seqlen_q/k), and blocks or splits past a shorter sequence's
+// end are empty. The metadata is never read outside those two functions.
+//
 // Threads: the work items, (batch, query head, query block) or, packed,
 // (batch, kv head, key split), go to the pool longest first; each worker
 // computes in its own cache-line-aligned slice of the caller's workspace, so
