@@ -563,14 +563,19 @@ struct Seq {
   FMHA_CPU_INLINE int64_t lse_at(int64_t h, int64_t i) const {
     return p->layout.ragged_q() ? h * p->layout.total_q + e.q_begin + i : (b * p->heads_q + h) * p->seq_q + i;
   }
-  // Key j (< e.len_k) of kv head hk in k or v; paged keys through the
-  // block table (page_slot clamps the page id).
-  FMHA_CPU_INLINE int64_t key_at(const Operand& op, int64_t hk, int64_t j) const {
+  // Key j (< e.len_k) of kv head hk: its element offsets in k and in v
+  // (one block-table lookup for both; page_slot clamps the page id).
+  FMHA_CPU_INLINE void key_at(int64_t hk, int64_t j, int64_t* k_at, int64_t* v_at) const {
+    const Operand& k = p->k;
+    const Operand& v = p->v;
     if (p->layout.paged()) {
       const PageSlot ps = page_slot(p->layout, b, j);
-      return ps.page * op.stride[0] + hk * op.stride[1] + ps.slot * op.stride[2];
+      *k_at = ps.page * k.stride[0] + hk * k.stride[1] + ps.slot * k.stride[2];
+      *v_at = ps.page * v.stride[0] + hk * v.stride[1] + ps.slot * v.stride[2];
+      return;
     }
-    return kb * op.stride[0] + hk * op.stride[1] + (e.k_begin + j) * op.stride[2];
+    *k_at = kb * k.stride[0] + hk * k.stride[1] + (e.k_begin + j) * k.stride[2];
+    *v_at = kb * v.stride[0] + hk * v.stride[1] + (e.k_begin + j) * v.stride[2];
   }
 };
 
@@ -751,17 +756,19 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     for (int64_t j = 0; j < bc; ++j) {
       if (prefetch && j < next_bc) {
         const int64_t jn = (t + 1) * KT + j;
-        const char* kn = static_cast<const char*>(k.data) + sq.key_at(k, hk, jn) * dtype_size(dt);
-        const char* vn = static_cast<const char*>(v.data) + sq.key_at(v, hk, jn) * dtype_size(dt);
+        int64_t k_at, v_at;
+        sq.key_at(hk, jn, &k_at, &v_at);
+        const char* kn = static_cast<const char*>(k.data) + k_at * dtype_size(dt);
+        const char* vn = static_cast<const char*>(v.data) + v_at * dtype_size(dt);
         for (int64_t at = 0; at < D * dtype_size(dt); at += kAlignBytes) {
           prefetch_read(kn + at);
           prefetch_read(vn + at);
         }
       }
-      load_row(static_cast<const char*>(k.data) + sq.key_at(k, hk, j0 + j) * dtype_size(dt), k.stride[3], D, dt,
-               kt + j * DP);
-      load_row(static_cast<const char*>(v.data) + sq.key_at(v, hk, j0 + j) * dtype_size(dt), v.stride[3], D, dt,
-               vt + j * DP);
+      int64_t k_at, v_at;
+      sq.key_at(hk, j0 + j, &k_at, &v_at);
+      load_row(static_cast<const char*>(k.data) + k_at * dtype_size(dt), k.stride[3], D, dt, kt + j * DP);
+      load_row(static_cast<const char*>(v.data) + v_at * dtype_size(dt), v.stride[3], D, dt, vt + j * DP);
     }
 
     // A NaN or inf in V meets zero probabilities in the product below (0 *
