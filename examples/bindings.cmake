@@ -11,6 +11,19 @@ if(NOT MSVC)
   target_link_libraries(decoder_layer_c PRIVATE m)
 endif()
 
+# Serving: a paged decode step and its cascade (prefix + suffix merged with
+# fmha_merge); CPU by default, CUDA with the argument "cuda".
+add_executable(paged_cascade_c ${FMHA_EXAMPLES_DIR}/c/paged_cascade.c)
+target_link_libraries(paged_cascade_c PRIVATE fmha::fmha)
+set_target_properties(paged_cascade_c PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON)
+if(NOT MSVC)
+  target_link_libraries(paged_cascade_c PRIVATE m)
+endif()
+if(FMHA_WITH_CUDA)
+  target_compile_definitions(paged_cascade_c PRIVATE FMHA_EXAMPLE_CUDA=1)
+  target_link_libraries(paged_cascade_c PRIVATE CUDA::cudart)
+endif()
+
 add_executable(decoder_layer_cpp ${FMHA_EXAMPLES_DIR}/cpp/decoder_layer.cpp)
 target_link_libraries(decoder_layer_cpp PRIVATE fmha::fmha)
 
@@ -20,7 +33,13 @@ endif()
 
 add_test(NAME example_decoder_layer_c COMMAND decoder_layer_c 256)
 add_test(NAME example_decoder_layer_cpp COMMAND decoder_layer_cpp 256)
-set_tests_properties(example_decoder_layer_c example_decoder_layer_cpp PROPERTIES LABELS "cpu;example")
+add_test(NAME example_paged_cascade_c COMMAND paged_cascade_c)
+set_tests_properties(example_decoder_layer_c example_decoder_layer_cpp example_paged_cascade_c
+                     PROPERTIES LABELS "cpu;example")
+if(FMHA_WITH_CUDA)
+  add_test(NAME example_paged_cascade_cuda COMMAND paged_cascade_c cuda)
+  set_tests_properties(example_paged_cascade_cuda PROPERTIES LABELS "gpu;example" SKIP_RETURN_CODE 77)
+endif()
 
 # Python (SWIG): needs the binding built (bindings/python) and numpy;
 # reported skipped, with the reason bindings/python gave, without them.

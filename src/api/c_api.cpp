@@ -9,10 +9,13 @@
 
 #include "api/context.h"
 #include "api/guard.h"
+#include "backend/cpu/cpu_merge.h"
+#include "core/merge.h"
 #include "core/pointer_memo.h"
 #include "core/validate.h"
 #include "dispatch/registry.h"
 #if FMHA_WITH_CUDA
+#include "backend/cuda/common/merge.h"
 #include "backend/cuda/cuda_device.h"
 #endif
 
@@ -45,12 +48,13 @@ fmha::PointerKindQuery pointer_query(const fmha::DeviceInfo& dev) {
 // What prepare() hands to the entry points.
 struct Prepared {
   fmha::Problem problem;
-  const fmha::KernelEntry* kernel = nullptr;
-  size_t workspace = 0;  // the kernel's workspace bytes for the problem
+  const fmha::KernelEntry* kernel = nullptr;  // null for empty work (no query rows)
+  size_t workspace = 0;                       // the kernel's workspace bytes for the problem
 };
 
-size_t workspace_for(const fmha::KernelEntry& k, const fmha::Problem& p, const fmha::DeviceInfo& d) {
-  return k.workspace_bytes ? k.workspace_bytes(p, d) : 0;
+// Workspace bytes of `k` for p; 0 for empty work (no kernel).
+size_t workspace_for(const fmha::KernelEntry* k, const fmha::Problem& p, const fmha::DeviceInfo& d) {
+  return k != nullptr && k->workspace_bytes ? k->workspace_bytes(p, d) : 0;
 }
 
 // The last successful validation and dispatch on this thread, so that the
@@ -119,8 +123,20 @@ fmha_status prepare(fmha_handle h, const fmha_forward_params* params, Prepared* 
   if ((s = fmha::check_memory_location(out->problem, h->device, pointer_query(h->device))) != FMHA_SUCCESS)
     return s;
   if (reuse) return FMHA_SUCCESS;
+  const fmha::Problem& p = out->problem;
+  if (p.no_rows()) {
+    // Empty work (batch or seq 0): SUCCESS, nothing read or written, no
+    // workspace, and no kernel is asked (their plans divide by the rows).
+    // A forced name must still be one. Not remembered.
+    out->kernel = nullptr;
+    out->workspace = 0;
+    if (p.forced_kernel != nullptr && fmha::find_kernel(p.forced_kernel) == nullptr)
+      return fail(kInvalid, "kernel=\"%s\" is not a registered kernel", p.forced_kernel);
+    if (explain) *explain += "empty problem (no query rows): nothing to compute, no kernel runs\n";
+    return FMHA_SUCCESS;
+  }
   if ((s = fmha::select_kernel(out->problem, h->device, &out->kernel, explain)) != FMHA_SUCCESS) return s;
-  out->workspace = workspace_for(*out->kernel, out->problem, h->device);
+  out->workspace = workspace_for(out->kernel, out->problem, h->device);
   if (explain == nullptr) remember(params, h->device, *out);
   return FMHA_SUCCESS;
 }
@@ -276,6 +292,7 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
     if (s != FMHA_SUCCESS) return s;
     const fmha::Problem& p = pr.problem;
     const fmha::KernelEntry* kernel = pr.kernel;
+    if (kernel == nullptr) return FMHA_SUCCESS;  // empty work: nothing to read or write
     const size_t need = pr.workspace;
     if (workspace_bytes < need)
       return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu but kernel %s needs %zu",
@@ -300,6 +317,32 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
     ctx.workspace = workspace;
     ctx.workspace_bytes = workspace_bytes;
     return kernel->run(p, ctx);
+  });
+}
+
+void fmha_merge_params_init(fmha_merge_params* params) {
+  if (params == nullptr) return;
+  std::memset(params, 0, sizeof *params);
+  params->struct_size = FMHA_MERGE_PARAMS_SIZE_V1;
+}
+
+fmha_status fmha_merge(fmha_handle handle, const fmha_merge_params* params) {
+  return guard("fmha_merge", [&]() -> fmha_status {
+    if (handle == nullptr) return fail(kInvalid, "handle is NULL");
+    fmha::MergeProblem p;
+    fmha_status s = fmha::build_merge_problem(params, &p);
+    if (s != FMHA_SUCCESS) return s;
+    if ((s = fmha::check_merge_memory_location(p, handle->device, pointer_query(handle->device))) != FMHA_SUCCESS)
+      return s;
+    if (p.empty()) return FMHA_SUCCESS;
+    if (handle->device.kind == FMHA_DEVICE_CPU) return fmha::cpu::merge(p, handle->pool.get());
+#if FMHA_WITH_CUDA
+    fmha::cuda::ScopedDevice device_scope;  // restores the caller's device on return
+    if ((s = device_scope.enter(handle->device.ordinal)) != FMHA_SUCCESS) return s;
+    return fmha::cuda::launch_merge(p, handle->stream);
+#else
+    return fail(FMHA_ERROR_INTERNAL, "fmha_merge: a CUDA handle in a build without CUDA");
+#endif
   });
 }
 

@@ -36,7 +36,7 @@ from . import capi
 from ._arrays import CPU, CUDA, Array, ArrayError, describe, device_of, library_of, numpy_dtype
 
 __all__ = [
-    "Error", "InvalidArgumentError", "DTypeError", "Status", "Handle", "forward", "explain",
+    "Error", "InvalidArgumentError", "DTypeError", "Status", "Handle", "forward", "merge", "explain",
     "workspace_size", "kernels", "version", "__version__",
 ]
 
@@ -324,7 +324,7 @@ class _Call:
     """One prepared forward: arrays read, outputs allocated, params filled."""
 
     def __init__(self, q, k, v, *, causal, causal_alignment, window, scale, softcap,
-                 return_lse, out, out_lse, kernel, num_splits, stream, handle):
+                 return_lse, out, out_lse, kernel, num_splits, stream, handle, serving=None):
         try:
             device, ordinal = device_of(q, "q")
             if handle is not None:
@@ -344,6 +344,10 @@ class _Call:
                 arrays["out"] = describe(out, "out", self.stream)
             if out_lse is not None:
                 arrays["out_lse"] = describe(out_lse, "out_lse", self.stream)
+            serving = {name: a for name, a in (serving or {}).items() if a is not None}
+            for name in _SERVING_ARRAYS:
+                if name in serving:
+                    arrays[name] = describe(serving[name], name, self.stream)
         except ArrayError as e:
             raise _invalid(str(e), dtype=isinstance(e, TypeError)) from None
 
@@ -386,6 +390,7 @@ class _Call:
         p.q = _tensor(qa, "q")
         p.k = _tensor(arrays["k"], "k")
         p.v = _tensor(arrays["v"], "v")
+        _set_serving(p, arrays, serving)
 
         # Outputs: the caller's, else allocated like q.
         if out is None:
@@ -452,6 +457,70 @@ class _Call:
         return text
 
 
+# The serving layouts' int32 arrays (fmha.h 0.2), in the order they are read.
+_SERVING_ARRAYS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table")
+
+
+def _int32_array(a: Array, name: str, ndim: int) -> None:
+    """a must be a contiguous int32 array of ndim dims (block_table: rows may
+    be strided, its entries not)."""
+    if a.dtype_name != "int32":
+        raise _invalid(f"{name}.dtype={a.dtype_name} must be int32", dtype=True)
+    if len(a.shape) != ndim:
+        raise _invalid(f"{name} has shape {a.shape}; expected {ndim} dim{'s' if ndim > 1 else ''}")
+    if a.shape[-1] > 1 and a.strides[-1] != 1:
+        raise _invalid(f"{name} must be contiguous (strides {a.strides} in elements)")
+
+
+def _set_serving(p, arrays: Dict[str, Array], serving: Dict[str, Any]) -> None:
+    """Fills the 0.2 serving fields of p from forward()'s keyword arguments,
+    checking what the C library cannot see: that the metadata arrays are
+    int32, on the tensors' device and as long as the batch needs."""
+    if not serving:
+        return
+    q, k = arrays["q"], arrays["k"]
+    cu_q, cu_k = arrays.get("cu_seqlens_q"), arrays.get("cu_seqlens_k")
+    used, table = arrays.get("seqused_k"), arrays.get("block_table")
+    for name, a, ndim in (("cu_seqlens_q", cu_q, 1), ("cu_seqlens_k", cu_k, 1), ("seqused_k", used, 1),
+                          ("block_table", table, 2)):
+        if a is not None:
+            _int32_array(a, name, ndim)
+    if cu_q is not None or cu_k is not None:
+        lengths = {name: a.shape[0] for name, a in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k))
+                   if a is not None}
+        if len(set(lengths.values())) != 1:
+            raise _invalid(f"cu_seqlens_q and cu_seqlens_k differ in length ({lengths})")
+        num_seqs = next(iter(lengths.values())) - 1
+        if num_seqs < 0:
+            raise _invalid("cu_seqlens_q/cu_seqlens_k must hold num_seqs + 1 >= 1 entries")
+        p.num_seqs = _int32(num_seqs, "num_seqs")
+        batch = num_seqs
+    else:
+        batch = q.shape[0]
+    if used is not None and used.shape[0] != batch:
+        raise _invalid(f"seqused_k has {used.shape[0]} entries; the batch has {batch} sequences")
+    if table is not None and table.shape[0] != batch:
+        raise _invalid(f"block_table has {table.shape[0]} rows; the batch has {batch} sequences")
+
+    def bound(value, name, cu, tensor):
+        if value is not None:
+            return _int32(value, name)
+        if cu is None:
+            return 0
+        if cu.library == "numpy":  # host memory: the exact bound, read for free
+            import numpy as np
+            seqs = np.asarray(cu.obj, dtype=np.int64)
+            return int(np.diff(seqs).max(initial=0)) if seqs.size > 1 else 0
+        return tensor.shape[2]  # device memory: the packed length bounds every sequence
+    p.max_seqlen_q = bound(serving.get("max_seqlen_q"), "max_seqlen_q", cu_q, q)
+    p.max_seqlen_k = bound(serving.get("max_seqlen_k"), "max_seqlen_k", cu_k, k)
+    for name, a in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k), ("seqused_k", used), ("block_table", table)):
+        if a is not None:
+            setattr(p, name, a.ptr or None)
+    if table is not None:
+        p.block_table_stride = table.strides[0] if table.shape[0] > 1 else table.shape[1]
+
+
 def _int32(value, what: str) -> int:
     try:
         value = int(value)
@@ -479,7 +548,13 @@ def forward(q: TensorLike, k: TensorLike, v: TensorLike, *,
             workspace: Optional[TensorLike] = None,
             stream: Any = None,
             num_splits: int = 0,
-            handle: Optional[Handle] = None) -> Any:
+            handle: Optional[Handle] = None,
+            cu_seqlens_q: Optional[TensorLike] = None,
+            cu_seqlens_k: Optional[TensorLike] = None,
+            max_seqlen_q: Optional[int] = None,
+            max_seqlen_k: Optional[int] = None,
+            seqused_k: Optional[TensorLike] = None,
+            block_table: Optional[TensorLike] = None) -> Any:
     """O = softmax(Q K^T * scale + mask) V, exactly.
 
     Args:
@@ -510,8 +585,22 @@ def forward(q: TensorLike, k: TensorLike, v: TensorLike, *,
         num_splits: split of the key dimension on CUDA (0 = automatic).
         handle: a Handle to use instead of the per-thread cached one.
 
-    Returns:
-        out, or (out, lse) when return_lse (or out_lse) is given. They are
+    Serving layouts (all int32 arrays on q's device; the masks apply per
+    sequence, with each sequence's own Nq and Nk):
+        cu_seqlens_q: [num_seqs + 1] offsets of packed queries: q and out
+            are [1, Hq, total_q, D], sequence s owns rows cu_seqlens_q[s] ..
+            cu_seqlens_q[s+1]-1, and the lse is [1, Hq, total_q].
+        cu_seqlens_k: [num_seqs + 1] offsets of packed keys (k, v
+            [1, Hk, total_k, D]); not with block_table.
+        max_seqlen_q, max_seqlen_k: host-known upper bounds on the sequence
+            lengths (they size the launch; no device sync). Default: read
+            from numpy offsets, else the packed length (q.shape[2],
+            k.shape[2]); with block_table, pages x page_size.
+        seqused_k: [B] keys each sequence sees (a KV cache's fill level).
+        block_table: [B, max_pages] page indices of a paged KV cache, with
+            k and v [num_pages, Hk, page_size, D] views (vLLM's
+            [pages, page_size, Hk, D] storage transposed, or FlashInfer's);
+            needs seqused_k.
         numpy arrays for numpy input, tensors of q's library for torch and
         cupy, and numpy arrays for other producers' CPU memory.
 
@@ -524,9 +613,12 @@ def forward(q: TensorLike, k: TensorLike, v: TensorLike, *,
         Error: ERROR_UNSUPPORTED when no kernel runs the problem, and the
             library's other statuses. Nothing is written on error.
     """
+    serving = dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                   max_seqlen_k=max_seqlen_k, seqused_k=seqused_k, block_table=block_table)
     call = _Call(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
                  scale=scale, softcap=softcap, return_lse=return_lse, out=out, out_lse=out_lse,
-                 kernel=kernel, num_splits=num_splits, stream=stream, handle=handle)
+                 kernel=kernel, num_splits=num_splits, stream=stream, handle=handle,
+                 serving=serving)
     return call.run(workspace)
 
 
@@ -540,14 +632,17 @@ def explain(q: TensorLike, k: TensorLike, v: TensorLike, *,
             out: Optional[TensorLike] = None,
             kernel: Optional[str] = None,
             num_splits: int = 0,
-            handle: Optional[Handle] = None) -> str:
+            handle: Optional[Handle] = None,
+            **serving: Any) -> str:
     """Which kernel forward() would run with these arguments, and why each
     better-ranked kernel was passed over (fmha_forward_explain). Computes
     nothing. Returns the text also when no kernel supports the problem (it
-    says why); raises Error for invalid arguments."""
+    says why); raises Error for invalid arguments. Takes forward()'s serving
+    keywords (cu_seqlens_q, ..., block_table)."""
     call = _Call(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
                  scale=scale, softcap=softcap, return_lse=return_lse, out=out, out_lse=None,
-                 kernel=kernel, num_splits=num_splits, stream=None, handle=handle)
+                 kernel=kernel, num_splits=num_splits, stream=None, handle=handle,
+                 serving=_serving_kwargs(serving))
     return call.explain()
 
 
@@ -561,11 +656,151 @@ def workspace_size(q: TensorLike, k: TensorLike, v: TensorLike, *,
                    out: Optional[TensorLike] = None,
                    kernel: Optional[str] = None,
                    num_splits: int = 0,
-                   handle: Optional[Handle] = None) -> int:
+                   handle: Optional[Handle] = None,
+                   **serving: Any) -> int:
     """Bytes of workspace forward() needs with these arguments (may be 0),
     for callers that pass workspace= themselves (e.g. under CUDA graph
-    capture). Validates exactly as forward() does."""
+    capture). Validates exactly as forward() does, and takes its serving
+    keywords (cu_seqlens_q, ..., block_table)."""
     call = _Call(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
                  scale=scale, softcap=softcap, return_lse=return_lse, out=out, out_lse=None,
-                 kernel=kernel, num_splits=num_splits, stream=None, handle=handle)
+                 kernel=kernel, num_splits=num_splits, stream=None, handle=handle,
+                 serving=_serving_kwargs(serving))
     return call.workspace_size()
+
+
+_SERVING_KEYWORDS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqused_k",
+                     "block_table")
+
+
+def _serving_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    unknown = sorted(set(kwargs) - set(_SERVING_KEYWORDS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}")
+    return kwargs
+
+
+# ---- merge of partial results ---------------------------------------------------
+# The library's names for merge's arguments, then forward's (o -> out, ...).
+_MERGE_NAMES = [
+    (re.compile(r"\bo_parts\["), "outs["),
+    (re.compile(r"\blse_parts\["), "lses["),
+    (re.compile(r"\bo_parts\b"), "outs"),
+    (re.compile(r"\blse_parts\b"), "lses"),
+    (re.compile(r"\bnum_parts\b"), "len(outs)"),
+]
+
+
+def _check_merge(status: int) -> None:
+    if status != capi.FMHA_SUCCESS:
+        message = capi.fmha_last_error_message()
+        for pattern, name in _MERGE_NAMES:
+            message = pattern.sub(name, message)
+        raise _error(status, _python_names(message), dtype=".dtype=" in message)
+
+
+def merge(outs, lses, *,
+          out: Optional[TensorLike] = None,
+          return_lse: bool = False,
+          out_lse: Optional[TensorLike] = None,
+          stream: Any = None,
+          handle: Optional[Handle] = None) -> Any:
+    """Merges attention results computed over disjoint sets of keys (a
+    shared prefix and per-request suffixes, KV shards, ...) into the
+    attention over all of them (fmha_merge):
+
+        lse = log(sum_i exp(lses[i])),   out = sum_i exp(lses[i] - lse) * outs[i]
+
+    computed in FP32 (FP64 on the CPU). A part whose lse is -inf (it saw no
+    key) contributes nothing; a row whose parts are all -inf gets out = 0 and
+    lse = -inf; a NaN lse makes the row NaN.
+
+    Args:
+        outs: a sequence of [B, H, N, D] arrays of one dtype (float16,
+            bfloat16 or float32) and device, any strides: forward()'s
+            outputs, each with its return_lse=True lse.
+        lses: the matching [B, H, N] contiguous float32 lse arrays.
+        out: where to write the result ([B, H, N, D], any of the three
+            dtypes); allocated like outs[0] when None. It may be outs[0]
+            itself (an in-place merge) but share no other memory.
+        return_lse: also return the merged [B, H, N] float32 lse.
+        out_lse: where to write that lse (contiguous float32 [B, H, N]; may be
+            lses[0] itself); implies return_lse.
+        stream, handle: as for forward(). The call is asynchronous on CUDA.
+
+    Returns:
+        out, or (out, lse) with return_lse (or out_lse).
+
+    Raises:
+        InvalidArgumentError (DTypeError for a dtype at fault) and Error, as
+        forward() does; nothing is written on error.
+    """
+    outs, lses = list(outs), list(lses)
+    if not outs:
+        raise _invalid("outs is empty: merge needs at least one part")
+    if len(lses) != len(outs):
+        raise _invalid(f"lses has {len(lses)} arrays but outs has {len(outs)}")
+    try:
+        device, ordinal = device_of(outs[0], "outs[0]")
+        if handle is not None:
+            ordinal = handle.ordinal if handle.device == CUDA else 0
+        ordinal = ordinal or 0
+        if device == CUDA:
+            st = _stream_int(stream) if stream is not None else _default_stream(
+                outs[0], library_of(outs[0]), ordinal)
+        else:
+            if stream is not None:
+                raise _invalid("stream= is only for CUDA tensors")
+            st = None
+        arrays = {}
+        for i, (o, l) in enumerate(zip(outs, lses)):
+            arrays[f"outs[{i}]"] = describe(o, f"outs[{i}]", st)
+            arrays[f"lses[{i}]"] = describe(l, f"lses[{i}]", st)
+        if out is not None:
+            arrays["out"] = describe(out, "out", st)
+        if out_lse is not None:
+            arrays["out_lse"] = describe(out_lse, "out_lse", st)
+    except ArrayError as e:
+        raise _invalid(str(e), dtype=isinstance(e, TypeError)) from None
+    for name, a in arrays.items():
+        if a.device != device or (device == CUDA and a.ordinal not in (None, ordinal)):
+            raise _invalid(f"{name} is on {a.device} but outs[0] is on {device}")
+    if handle is not None and handle.device != device:
+        raise _invalid(f"handle is for {handle.device} but the tensors are on {device}")
+    first = arrays["outs[0]"]
+    parts = [_tensor(arrays[f"outs[{i}]"], f"outs[{i}]") for i in range(len(outs))]
+    rows = tuple(first.shape[:3])
+
+    def check_lse(a: Array, name: str) -> None:
+        if a.dtype != capi.FMHA_DTYPE_F32 or a.shape != rows or not a.is_contiguous():
+            raise _invalid(f"{name} must be a contiguous float32 array of shape {rows} "
+                           f"(got {a.dtype_name} {a.shape})", dtype=a.dtype != capi.FMHA_DTYPE_F32)
+    for i in range(len(lses)):
+        check_lse(arrays[f"lses[{i}]"], f"lses[{i}]")
+
+    alloc = _Allocator(first, st, ordinal)
+    p = capi.fmha_merge_params()
+    p.set_parts(parts, [arrays[f"lses[{i}]"].ptr or None for i in range(len(lses))])
+    if out is None:
+        out = alloc.empty(first.shape, "out")
+        arrays["out"] = describe(out, "out", st)
+    elif arrays["out"].readonly:
+        raise _invalid("out is read-only")
+    p.o = _tensor(arrays["out"], "out")
+    lse = None
+    if return_lse or out_lse is not None:
+        if out_lse is None:
+            lse = alloc.empty(rows, "out_lse", float32=True)
+            arrays["out_lse"] = describe(lse, "out_lse", st)
+        else:
+            lse = out_lse
+            check_lse(arrays["out_lse"], "out_lse")
+            if arrays["out_lse"].readonly:
+                raise _invalid("out_lse is read-only")
+        p.lse = arrays["out_lse"].ptr or None
+    h = handle if handle is not None else _cached_handle(device, ordinal)
+    if device == CUDA:
+        h.set_stream(st)
+    _check_merge(capi.fmha_merge(h._handle(), p))
+    del arrays  # the DLPack capsules lived until the call returned
+    return (out, lse) if lse is not None else out

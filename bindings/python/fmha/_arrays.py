@@ -115,6 +115,8 @@ def _typestr_dtype(typestr: str, what: str):
         size = int(typestr[2:])
         if size in _NUMPY_FLOAT:
             return _NUMPY_FLOAT[size], "float16" if size == 2 else "float32"
+    if typestr[1:] == "i4":  # the int32 metadata of the serving layouts
+        return None, "int32"
     return None, typestr
 
 
@@ -196,7 +198,7 @@ class _DLManagedTensorVersioned(ctypes.Structure):
 
 
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
-_DL_FLOAT, _DL_BFLOAT = 2, 4
+_DL_INT, _DL_FLOAT, _DL_BFLOAT = 0, 2, 4
 _DL_FLAG_READ_ONLY = 1
 
 _capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
@@ -246,6 +248,8 @@ def _from_dlpack(obj, what, stream):
         dtype, name = _NUMPY_FLOAT[bits // 8], "float16" if bits == 16 else "float32"
     elif lanes == 1 and code == _DL_BFLOAT and bits == 16:
         dtype, name = capi.FMHA_DTYPE_BF16, "bfloat16"
+    elif lanes == 1 and code == _DL_INT and bits == 32:
+        name = "int32"  # the serving layouts' metadata (dtype stays None: not a tensor dtype)
     return Array(obj=obj, ptr=(t.data or 0) + t.byte_offset, shape=shape, strides=strides,
                  itemsize=max(1, bits * lanes // 8), dtype=dtype, dtype_name=name,
                  device=device, ordinal=ordinal, readonly=readonly,

@@ -328,6 +328,7 @@ def test_workspace():
 
 def test_version():
     assert fmha.__version__ == "%d.%d.%d" % fmha.version()
+    assert fmha.version()[:2] == (0, 2)
     assert fmha.version() == (fmha.capi.FMHA_VERSION_MAJOR, fmha.capi.FMHA_VERSION_MINOR,
                               fmha.capi.FMHA_VERSION_PATCH)
 
@@ -500,7 +501,10 @@ def test_error_handles():
 
 def test_capi_is_the_c_header():
     p = fmha.capi.fmha_forward_params()
-    assert p.struct_size == fmha.capi.FMHA_FORWARD_PARAMS_SIZE_V1
+    assert p.struct_size == fmha.capi.FMHA_FORWARD_PARAMS_SIZE_V2 == 424
+    assert fmha.capi.FMHA_FORWARD_PARAMS_SIZE_V1 == 368  # 0.1's size, still accepted
+    assert (p.num_seqs, p.max_seqlen_q, p.max_seqlen_k, p.block_table_stride) == (0, 0, 0, 0)
+    assert (p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k, p.block_table) == (0, 0, 0, 0)
     assert (p.window_left, p.window_right, p.kernel, p.lse) == (-1, -1, None, 0)
     p.kernel = "cpu_tiled"
     assert p.kernel == "cpu_tiled"
@@ -509,6 +513,6 @@ def test_capi_is_the_c_header():
     status, h = fmha.capi.fmha_create(fmha.capi.FMHA_DEVICE_CPU, 0)
     assert status == fmha.capi.FMHA_SUCCESS
     assert fmha.capi.fmha_forward(h, p, None, 0) == fmha.capi.FMHA_ERROR_INVALID_ARGUMENT
-    assert "q.data is NULL" in fmha.capi.fmha_last_error_message()
+    assert "q.dtype=0 is not an fmha_dtype" in fmha.capi.fmha_last_error_message()
     fmha.capi.fmha_destroy(h)
     fmha.capi.fmha_destroy(None)

@@ -2,10 +2,11 @@
 # One translation unit per family key keeps compile time bounded.
 list(APPEND FMHA_SOURCES
   # common: primitives shared by the families (split-KV combine, one TU for
-  # all output types; the shared-memory opt-in; the forward params and the
-  # split heuristic)
+  # all output types; fmha_merge's kernel; the shared-memory opt-in; the
+  # forward params and the split heuristic)
   backend/cuda/common/smem_opt_in.cpp
   backend/cuda/common/split_combine.cu
+  backend/cuda/common/merge.cu
   backend/cuda/common/fwd_params.cpp
   # cuda_sm90_ws: the host side (registry hooks; tensor maps through the
   # driver entry point); its kernels are FMHA_SM90_KERNEL_SOURCES below

@@ -13,9 +13,18 @@
 
 include!("bindings.rs");
 
-/// The size of `fmha_forward_params` as shipped in 0.1 (the header's
-/// `FMHA_FORWARD_PARAMS_SIZE_V1`, a `sizeof` bindgen cannot evaluate).
-pub const FMHA_FORWARD_PARAMS_SIZE_V1: u32 = core::mem::size_of::<fmha_forward_params>() as u32;
+// The header's ABI sizes are casts (`((uint32_t)368)`), which bindgen does
+// not evaluate; they are literals here as there (64-bit targets), and the
+// tests below check them against the struct layout.
+
+/// The size of `fmha_forward_params` as shipped in 0.1 (every field up to
+/// `reserved_`): a caller built against 0.1 passes it, and 0.2 accepts it.
+pub const FMHA_FORWARD_PARAMS_SIZE_V1: u32 = 368;
+/// The size of `fmha_forward_params` as shipped in 0.2 (the serving
+/// layouts), what `fmha_forward_params_init` writes.
+pub const FMHA_FORWARD_PARAMS_SIZE_V2: u32 = 424;
+/// The size of `fmha_merge_params` as shipped in 0.2.
+pub const FMHA_MERGE_PARAMS_SIZE_V1: u32 = 112;
 
 #[cfg(test)]
 mod tests {
@@ -36,11 +45,17 @@ mod tests {
             fmha_forward_params_init(p.as_mut_ptr());
             p.assume_init()
         };
-        assert_eq!(p.struct_size, FMHA_FORWARD_PARAMS_SIZE_V1);
+        assert_eq!(p.struct_size, FMHA_FORWARD_PARAMS_SIZE_V2);
         assert_eq!(
             p.struct_size as usize,
             core::mem::size_of::<fmha_forward_params>()
         );
+        assert_eq!(
+            (p.num_seqs, p.max_seqlen_q, p.max_seqlen_k, p.block_table_stride),
+            (0, 0, 0, 0)
+        );
+        assert!(p.cu_seqlens_q.is_null() && p.cu_seqlens_k.is_null());
+        assert!(p.seqused_k.is_null() && p.block_table.is_null());
         assert_eq!(
             (p.window_left, p.window_right, p.num_splits, p.reserved_),
             (-1, -1, 0, 0)
@@ -50,6 +65,31 @@ mod tests {
             (FMHA_MASK_NONE, 0.0, 0.0)
         );
         assert!(p.kernel.is_null() && p.lse.is_null() && p.q.data.is_null());
+    }
+
+    /// The ABI sizes: V2 is the whole struct, V1 the offset of the first 0.2
+    /// field (0.1 ended at `reserved_`).
+    #[test]
+    fn abi_sizes_are_the_struct_layout() {
+        assert_eq!(
+            FMHA_FORWARD_PARAMS_SIZE_V2 as usize,
+            core::mem::size_of::<fmha_forward_params>()
+        );
+        let p = core::mem::MaybeUninit::<fmha_forward_params>::uninit();
+        let base = p.as_ptr();
+        let num_seqs = unsafe { core::ptr::addr_of!((*base).num_seqs) } as usize - base as usize;
+        assert_eq!(FMHA_FORWARD_PARAMS_SIZE_V1 as usize, num_seqs);
+        assert_eq!(
+            FMHA_MERGE_PARAMS_SIZE_V1 as usize,
+            core::mem::size_of::<fmha_merge_params>()
+        );
+        let mut m = core::mem::MaybeUninit::<fmha_merge_params>::zeroed();
+        let m = unsafe {
+            fmha_merge_params_init(m.as_mut_ptr());
+            m.assume_init()
+        };
+        assert_eq!(m.struct_size, FMHA_MERGE_PARAMS_SIZE_V1);
+        assert!(m.o_parts.is_null() && m.lse_parts.is_null() && m.lse.is_null());
     }
 
     #[test]

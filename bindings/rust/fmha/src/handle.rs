@@ -6,7 +6,7 @@ use fmha_sys as sys;
 
 use crate::element::Element;
 use crate::error::{check, Error, Result, Status};
-use crate::tensor::{Layout, LseMut, Memory, TensorView, TensorViewMut};
+use crate::tensor::{I32View, Layout, LseMut, LseView, Memory, TensorView, TensorViewMut};
 
 /// The device a [`Handle`] runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -36,14 +36,34 @@ pub enum CausalAlignment {
 }
 
 /// Everything of a forward besides the tensors. Defaults: no mask, no
-/// window, scale `1/sqrt(head_dim)`, no softcap, automatic kernel choice.
+/// window, scale `1/sqrt(head_dim)`, no softcap, automatic kernel choice, a
+/// dense batch.
 ///
 /// ```
 /// use fmha::{CausalAlignment, Options};
 /// let opts = Options::new().causal(CausalAlignment::BottomRight).window(Some(4096), None);
 /// ```
+///
+/// The serving layouts borrow their `i32` metadata ([`I32View`], on the
+/// handle's device) for `'a`; the masks then apply per sequence, with each
+/// sequence's own `Nq` and `Nk`:
+///
+/// ```
+/// use fmha::{Handle, I32View, Options, TensorView, TensorViewMut};
+/// # fn main() -> fmha::Result<()> {
+/// // Two sequences packed along the seq axis: 3 and 5 queries, 4 and 6 keys.
+/// let (cu_q, cu_k) = ([0, 3, 8], [0, 4, 10]);
+/// let (q, k) = (vec![0.5f32; 2 * 8 * 16], vec![0.25f32; 2 * 10 * 16]);
+/// let mut o = vec![0f32; q.len()];
+/// let opts = Options::new().cu_seqlens_q(I32View::new(&cu_q)).cu_seqlens_k(I32View::new(&cu_k));
+/// # let mut handle = Handle::cpu()?;
+/// # let r = handle.forward(&TensorView::new(&q, [1, 2, 8, 16])?, &TensorView::new(&k, [1, 2, 10, 16])?,
+/// #     &TensorView::new(&k, [1, 2, 10, 16])?, &mut TensorViewMut::new(&mut o, [1, 2, 8, 16])?, None, &opts);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Options {
+pub struct Options<'a> {
     causal: Option<CausalAlignment>,
     window_left: Option<u32>,
     window_right: Option<u32>,
@@ -51,15 +71,21 @@ pub struct Options {
     softcap: f32,
     kernel: Option<String>,
     num_splits: u32,
+    cu_seqlens_q: Option<I32View<'a>>,
+    cu_seqlens_k: Option<I32View<'a>>,
+    max_seqlen_q: Option<u32>,
+    max_seqlen_k: Option<u32>,
+    seqused_k: Option<I32View<'a>>,
+    block_table: Option<(I32View<'a>, usize)>,
 }
 
-impl Options {
-    pub fn new() -> Options {
+impl<'a> Options<'a> {
+    pub fn new() -> Options<'a> {
         Options::default()
     }
 
     /// Masks every key after the diagonal.
-    pub fn causal(mut self, alignment: CausalAlignment) -> Options {
+    pub fn causal(mut self, alignment: CausalAlignment) -> Options<'a> {
         self.causal = Some(alignment);
         self
     }
@@ -67,33 +93,79 @@ impl Options {
     /// Sliding window: key `j` is visible to query `i` iff
     /// `diag(i) - left <= j <= diag(i) + right`; `None` = unbounded. With
     /// [`Options::causal`], `right` must be `None` or `Some(0)`.
-    pub fn window(mut self, left: Option<u32>, right: Option<u32>) -> Options {
+    pub fn window(mut self, left: Option<u32>, right: Option<u32>) -> Options<'a> {
         self.window_left = left;
         self.window_right = right;
         self
     }
 
     /// The logit scale (finite, > 0); default `1/sqrt(head_dim)`.
-    pub fn scale(mut self, scale: f32) -> Options {
+    pub fn scale(mut self, scale: f32) -> Options<'a> {
         self.scale = Some(scale);
         self
     }
 
     /// Logits `s -> softcap * tanh(s / softcap)`; 0 = off.
-    pub fn softcap(mut self, softcap: f32) -> Options {
+    pub fn softcap(mut self, softcap: f32) -> Options<'a> {
         self.softcap = softcap;
         self
     }
 
     /// Forces a registered kernel by name (see [`crate::kernels`]).
-    pub fn kernel(mut self, name: &str) -> Options {
+    pub fn kernel(mut self, name: &str) -> Options<'a> {
         self.kernel = Some(name.to_owned());
         self
     }
 
     /// CUDA: split the keys into at most n parts (0 = automatic, 1 = none).
-    pub fn num_splits(mut self, n: u32) -> Options {
+    pub fn num_splits(mut self, n: u32) -> Options<'a> {
         self.num_splits = n;
+        self
+    }
+
+    /// Packed queries: `[num_seqs + 1]` non-decreasing offsets from 0; q and
+    /// o are `[1, Hq, total_q, D]`, sequence `s` owns rows
+    /// `cu[s]..cu[s+1]`, and the lse is `1 * Hq * total_q` values.
+    pub fn cu_seqlens_q(mut self, cu: I32View<'a>) -> Options<'a> {
+        self.cu_seqlens_q = Some(cu);
+        self
+    }
+
+    /// Packed keys likewise: k and v are `[1, Hk, total_k, D]`. Not with
+    /// [`Options::block_table`].
+    pub fn cu_seqlens_k(mut self, cu: I32View<'a>) -> Options<'a> {
+        self.cu_seqlens_k = Some(cu);
+        self
+    }
+
+    /// A host-known upper bound on every sequence's query count (sizes the
+    /// launch; no device sync). Default with packed queries: exact from
+    /// host offsets, else the packed length `q.dims[2]`.
+    pub fn max_seqlen_q(mut self, n: u32) -> Options<'a> {
+        self.max_seqlen_q = Some(n);
+        self
+    }
+
+    /// The same bound for keys. Default with packed keys: exact from host
+    /// offsets, else `k.dims[2]`; with a block table, pages x page size.
+    pub fn max_seqlen_k(mut self, n: u32) -> Options<'a> {
+        self.max_seqlen_k = Some(n);
+        self
+    }
+
+    /// `[B]`: sequence `b` sees only its first `used[b]` keys (a KV cache's
+    /// fill level).
+    pub fn seqused_k(mut self, used: I32View<'a>) -> Options<'a> {
+        self.seqused_k = Some(used);
+        self
+    }
+
+    /// Paged K/V: k and v are `[num_pages, Hk, page_size, D]` views (see
+    /// [`TensorView::permute`] for vLLM's `[pages, page_size, Hk, D]`
+    /// storage); key `j` of sequence `b` is slot `j % page_size` of page
+    /// `table[b * stride + j / page_size]`. Needs [`Options::seqused_k`].
+    pub fn block_table(mut self, table: I32View<'a>, stride: usize) -> Options<'a> {
+        self.block_table = Some((table, stride));
         self
     }
 }
@@ -317,7 +389,7 @@ impl Handle {
         v: &TensorView<'_, T>,
         o: &TensorViewMut<'_, T>,
         lse: Option<&LseMut<'_>>,
-        options: &Options,
+        options: &Options<'_>,
     ) -> Result<Params> {
         let want = self.device.memory();
         let places = [
@@ -379,10 +451,92 @@ impl Handle {
             ),
         };
         raw.kernel = kernel.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        self.set_serving(&mut raw, q, k, options)?;
         Ok(Params {
             raw,
             _kernel: kernel,
         })
+    }
+
+    /// The serving fields of `raw` from `options`, after checking what the
+    /// library cannot see: where the metadata lives and how long it is.
+    fn set_serving<T: Element>(
+        &self,
+        raw: &mut sys::fmha_forward_params,
+        q: &TensorView<'_, T>,
+        k: &TensorView<'_, T>,
+        options: &Options<'_>,
+    ) -> Result<()> {
+        let arrays = [
+            ("cu_seqlens_q", options.cu_seqlens_q),
+            ("cu_seqlens_k", options.cu_seqlens_k),
+            ("seqused_k", options.seqused_k),
+            ("block_table", options.block_table.map(|(t, _)| t)),
+        ];
+        for (what, a) in arrays {
+            if let Some(a) = a {
+                if a.memory != self.device.memory() {
+                    return Err(Error::invalid(format!(
+                        "{what} is in {:?} memory but the handle is {:?}",
+                        a.memory, self.device
+                    )));
+                }
+            }
+        }
+        let i32_of = |x: usize, what: &str| {
+            i32::try_from(x).map_err(|_| Error::invalid(format!("{what}={x} exceeds i32")))
+        };
+        let batch = match (options.cu_seqlens_q, options.cu_seqlens_k) {
+            (None, None) => q.layout.dims[0],
+            (a, b) => {
+                let lens: Vec<usize> = [a, b].iter().flatten().map(|c| c.len).collect();
+                if lens.iter().any(|&n| n != lens[0]) || lens[0] == 0 {
+                    return Err(Error::invalid(format!(
+                        "cu_seqlens_q/cu_seqlens_k must hold num_seqs + 1 >= 1 entries each                          (lengths {lens:?})"
+                    )));
+                }
+                raw.num_seqs = i32_of(lens[0] - 1, "num_seqs")?;
+                lens[0] - 1
+            }
+        };
+        // The host-known bound on each sequence: given, else exact from host
+        // offsets, else the packed length.
+        let bound = |given: Option<u32>, cu: Option<I32View<'_>>, packed: usize, what: &str| {
+            match (given, cu) {
+                (Some(n), _) => i32_of(n as usize, what),
+                (None, None) => Ok(0),
+                (None, Some(cu)) => match cu.host {
+                    Some(h) => Ok(h.windows(2).map(|w| w[1].saturating_sub(w[0])).max().unwrap_or(0).max(0)),
+                    None => i32_of(packed, what),
+                },
+            }
+        };
+        raw.max_seqlen_q = bound(options.max_seqlen_q, options.cu_seqlens_q, q.layout.dims[2], "max_seqlen_q")?;
+        raw.max_seqlen_k = bound(options.max_seqlen_k, options.cu_seqlens_k, k.layout.dims[2], "max_seqlen_k")?;
+        raw.cu_seqlens_q = options.cu_seqlens_q.map_or(ptr::null(), |c| c.ptr);
+        raw.cu_seqlens_k = options.cu_seqlens_k.map_or(ptr::null(), |c| c.ptr);
+        if let Some(used) = options.seqused_k {
+            if used.len != batch {
+                return Err(Error::invalid(format!(
+                    "seqused_k has {} entries; the batch has {batch} sequences",
+                    used.len
+                )));
+            }
+            raw.seqused_k = used.ptr;
+        }
+        if let Some((table, stride)) = options.block_table {
+            if batch.checked_mul(stride).map_or(true, |need| table.len < need) {
+                return Err(Error::invalid(format!(
+                    "block_table has {} entries; {batch} sequences of stride {stride} need {}",
+                    table.len,
+                    batch.saturating_mul(stride)
+                )));
+            }
+            raw.block_table = table.ptr;
+            raw.block_table_stride = i64::try_from(stride)
+                .map_err(|_| Error::invalid(format!("block_table stride {stride} exceeds i64")))?;
+        }
+        Ok(())
     }
 
     fn workspace_bytes(&self, params: &Params) -> Result<usize> {
@@ -402,7 +556,7 @@ impl Handle {
         v: &TensorView<'_, T>,
         o: &TensorViewMut<'_, T>,
         lse: Option<&LseMut<'_>>,
-        options: &Options,
+        options: &Options<'_>,
     ) -> Result<usize> {
         self.workspace_bytes(&self.params(q, k, v, o, lse, options)?)
     }
@@ -427,7 +581,7 @@ impl Handle {
         v: &TensorView<'_, T>,
         o: &mut TensorViewMut<'_, T>,
         lse: Option<&mut LseMut<'_>>,
-        options: &Options,
+        options: &Options<'_>,
     ) -> Result<()> {
         let params = self.params(q, k, v, o, lse.as_deref(), options)?;
         let need = self.workspace_bytes(&params)?;
@@ -486,7 +640,7 @@ impl Handle {
         v: &TensorView<'_, T>,
         o: &mut TensorViewMut<'_, T>,
         lse: Option<&mut LseMut<'_>>,
-        options: &Options,
+        options: &Options<'_>,
         workspace: *mut c_void,
         workspace_bytes: usize,
     ) -> Result<()> {
@@ -509,7 +663,7 @@ impl Handle {
         v: &TensorView<'_, T>,
         o: &TensorViewMut<'_, T>,
         lse: Option<&LseMut<'_>>,
-        options: &Options,
+        options: &Options<'_>,
     ) -> Result<String> {
         let params = self.params(q, k, v, o, lse, options)?;
         let mut buf = vec![0u8; 1 << 14];
@@ -527,5 +681,90 @@ impl Handle {
         let text = CStr::from_bytes_until_nul(&buf)
             .map_err(|_| Error::new(Status::Internal, "unterminated"))?;
         Ok(text.to_string_lossy().into_owned())
+    }
+
+    /// Merges attention results computed over disjoint key sets into the
+    /// attention over all of them (`fmha_merge`):
+    ///
+    /// `lse = ln(sum_i exp(lse_i))`, `o = sum_i exp(lse_i - lse) * o_i`,
+    ///
+    /// in FP32 (FP64 on the CPU). A part whose lse is `-inf` (it saw no key
+    /// of that row) contributes nothing; a row whose parts are all `-inf`
+    /// gets `o = 0`, `lse = -inf`; a NaN lse makes the row NaN.
+    ///
+    /// `parts`: views of one shape `[B, H, N, D]` and element type, each with
+    /// its `B * H * N` lse in `lses` (what [`Handle::forward`] wrote). `o`:
+    /// the result, same shape, any element type; `lse`: optional. Every view
+    /// on this handle's device. On CUDA the call is asynchronous on the
+    /// handle's stream and needs no workspace. An in-place merge (`o` being
+    /// `parts[0]`) is possible through the `unsafe` raw-parts constructors
+    /// only, as Rust's borrows forbid it otherwise. On error nothing is
+    /// written.
+    pub fn merge<T: Element, U: Element>(
+        &mut self,
+        parts: &[TensorView<'_, T>],
+        lses: &[LseView<'_>],
+        o: &mut TensorViewMut<'_, U>,
+        lse: Option<&mut LseMut<'_>>,
+    ) -> Result<()> {
+        if parts.len() != lses.len() {
+            return Err(Error::invalid(format!(
+                "lses has {} arrays but parts has {}",
+                lses.len(),
+                parts.len()
+            )));
+        }
+        let num_parts = i32::try_from(parts.len())
+            .map_err(|_| Error::invalid(format!("{} parts exceed i32", parts.len())))?;
+        let want = self.device.memory();
+        let rows = parts.first().map_or(0, |p| {
+            let [b, h, n, _] = p.layout.dims;
+            b.saturating_mul(h).saturating_mul(n)
+        });
+        let mut views = Vec::with_capacity(parts.len());
+        let mut lse_ptrs = Vec::with_capacity(parts.len());
+        for (i, (p, l)) in parts.iter().zip(lses).enumerate() {
+            for (what, memory) in [("parts", p.memory), ("lses", l.memory)] {
+                if memory != want {
+                    return Err(Error::invalid(format!(
+                        "{what}[{i}] is in {memory:?} memory but the handle is {:?}",
+                        self.device
+                    )));
+                }
+            }
+            if l.len != rows {
+                return Err(Error::invalid(format!(
+                    "lses[{i}] has {} elements; parts[0] has batch*heads*seq = {rows} rows",
+                    l.len
+                )));
+            }
+            views.push(c_tensor(p.ptr, p.layout, "parts")?);
+            lse_ptrs.push(l.ptr);
+        }
+        if o.memory != want {
+            return Err(Error::invalid(format!(
+                "o is in {:?} memory but the handle is {:?}",
+                o.memory, self.device
+            )));
+        }
+        let mut raw = unsafe {
+            let mut m = std::mem::MaybeUninit::<sys::fmha_merge_params>::zeroed();
+            sys::fmha_merge_params_init(m.as_mut_ptr());
+            m.assume_init()
+        };
+        raw.num_parts = num_parts;
+        raw.o_parts = views.as_ptr();
+        raw.lse_parts = lse_ptrs.as_ptr();
+        raw.o = c_tensor(o.ptr as *const U, o.layout, "o")?;
+        if let Some(lse) = lse {
+            if lse.memory != want || lse.len != rows {
+                return Err(Error::invalid(format!(
+                    "lse must hold {rows} f32 in {want:?} memory (has {} in {:?})",
+                    lse.len, lse.memory
+                )));
+            }
+            raw.lse = lse.ptr;
+        }
+        check(unsafe { sys::fmha_merge(self.raw.as_ptr(), &raw) })
     }
 }

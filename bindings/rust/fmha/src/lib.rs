@@ -7,7 +7,10 @@
 //!   head_dim]` views borrowing the caller's memory; [`LseMut`] for the
 //!   log-sum-exp. CUDA memory enters through `unsafe` raw-pointer constructors.
 //! - [`Options`]: causal mask and its alignment, sliding window, scale,
-//!   softcap, a forced kernel.
+//!   softcap, a forced kernel, and the serving layouts (ragged batches,
+//!   KV-cache fill levels, paged K/V) over [`I32View`] metadata.
+//! - [`Handle::merge`]: the merge of attention results over disjoint key
+//!   sets (cascade / shared-prefix attention, KV shards) by their lse.
 //! - Every call returns [`Result`]; [`Error`] carries the [`Status`] and the
 //!   library's message naming the field at fault.
 //!
@@ -54,7 +57,7 @@ pub use element::{Bf16, DType, Element, F16};
 pub use error::{Error, Result, Status};
 pub use fmha_sys as sys;
 pub use handle::{CausalAlignment, Device, Handle, Options, Tasks};
-pub use tensor::{LseMut, Memory, TensorView, TensorViewMut};
+pub use tensor::{I32View, LseMut, LseView, Memory, TensorView, TensorViewMut};
 
 /// `(major, minor, patch)` of the libfmha loaded at run time.
 pub fn version() -> (u32, u32, u32) {

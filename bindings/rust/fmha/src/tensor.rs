@@ -376,6 +376,90 @@ impl<'a> LseMut<'a> {
     }
 }
 
+/// A read-only `f32` log-sum-exp array: one part's `[batch, heads, seq]`
+/// contiguous lse, as a forward wrote it, for [`crate::Handle::merge`].
+#[derive(Clone, Copy, Debug)]
+pub struct LseView<'a> {
+    pub(crate) ptr: *const f32,
+    pub(crate) len: usize,
+    pub(crate) memory: Memory,
+    _borrow: PhantomData<&'a [f32]>,
+}
+
+unsafe impl Send for LseView<'_> {}
+unsafe impl Sync for LseView<'_> {}
+
+impl<'a> LseView<'a> {
+    /// Host memory; its length must be `batch * heads * seq`.
+    pub fn new(data: &'a [f32]) -> Self {
+        LseView {
+            ptr: data.as_ptr(),
+            len: data.len(),
+            memory: Memory::Host,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// # Safety
+    /// `ptr` must point at `len` f32 on `memory`, 4-byte aligned, valid for
+    /// reads and written by no one else for `'a`.
+    pub unsafe fn from_raw_parts(ptr: *const f32, len: usize, memory: Memory) -> Self {
+        LseView {
+            ptr,
+            len,
+            memory,
+            _borrow: PhantomData,
+        }
+    }
+}
+
+/// A read-only `i32` array: the metadata of the serving layouts
+/// (`cu_seqlens_q`, `cu_seqlens_k`, `seqused_k`, `block_table`; see
+/// [`crate::Options`]). It lives where the tensors do: host memory for a CPU
+/// handle, device memory for a CUDA one, read by the kernels only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct I32View<'a> {
+    pub(crate) ptr: *const i32,
+    pub(crate) len: usize,
+    pub(crate) memory: Memory,
+    pub(crate) host: Option<&'a [i32]>,
+}
+
+unsafe impl Send for I32View<'_> {}
+unsafe impl Sync for I32View<'_> {}
+
+impl<'a> I32View<'a> {
+    /// Host memory.
+    pub fn new(data: &'a [i32]) -> Self {
+        I32View {
+            ptr: data.as_ptr(),
+            len: data.len(),
+            memory: Memory::Host,
+            host: Some(data),
+        }
+    }
+
+    /// # Safety
+    /// `ptr` must point at `len` i32 on `memory`, 4-byte aligned, valid for
+    /// reads and written by no one else for `'a`.
+    pub unsafe fn from_raw_parts(ptr: *const i32, len: usize, memory: Memory) -> Self {
+        I32View {
+            ptr,
+            len,
+            memory,
+            host: None,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

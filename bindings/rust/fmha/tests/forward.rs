@@ -56,7 +56,7 @@ const BASE: Case = Case {
 };
 
 impl Case {
-    fn options(&self) -> Options {
+    fn options(&self) -> Options<'static> {
         let mut o = Options::new()
             .window(self.window.0, self.window.1)
             .softcap(self.softcap);
