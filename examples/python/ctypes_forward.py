@@ -14,8 +14,9 @@ block-table row lists (shuffled), and seqused_k holds each request's length.
 
 Without FMHA_LIBRARY the library is looked up like any shared library
 (ctypes.util.find_library, then the loader's path). The structs below mirror
-include/fmha/fmha.h field by field; fmha_forward_params_init() writing
-struct_size == sizeof is checked, which catches a mismatch in their layout.
+include/fmha/fmha.h field by field; fmha_forward_params_init_sized() is
+given this file's sizeof, and the library refusing that size (a size it
+never shipped) catches a mismatch in their layout.
 """
 import ctypes
 import ctypes.util
@@ -73,7 +74,7 @@ def load_library():
         "fmha_status_string": (ctypes.c_char_p, [ctypes.c_int]),
         "fmha_last_error_message": (ctypes.c_char_p, []),
         "fmha_version": (c_uint32, []),
-        "fmha_forward_params_init": (None, [params_p]),
+        "fmha_forward_params_init_sized": (None, [params_p, ctypes.c_size_t]),
         "fmha_create": (ctypes.c_int, [handle_p, ctypes.c_int, ctypes.c_int]),
         "fmha_destroy": (None, [ctypes.c_void_p]),
         "fmha_forward_workspace_size": (ctypes.c_int, [ctypes.c_void_p, params_p,
@@ -173,7 +174,7 @@ def paged_decode_step(lib, handle, rng):
         return t
 
     params = ForwardParams()
-    lib.fmha_forward_params_init(ctypes.byref(params))
+    lib.fmha_forward_params_init_sized(ctypes.byref(params), ctypes.sizeof(params))
     params.q, params.o = dense(q), dense(out)
     params.k, params.v = cache_view(k_cache), cache_view(v_cache)
     params.seqused_k = used
@@ -208,7 +209,7 @@ def main(n):
     lse = (c_float * (B * HQ * n))()
 
     params = ForwardParams()
-    lib.fmha_forward_params_init(ctypes.byref(params))
+    lib.fmha_forward_params_init_sized(ctypes.byref(params), ctypes.sizeof(params))
     if params.struct_size != ctypes.sizeof(ForwardParams):
         raise FmhaError(f"struct layout mismatch: library says {params.struct_size} bytes, "
                         f"this file declares {ctypes.sizeof(ForwardParams)}")
