@@ -24,6 +24,40 @@ if(FMHA_WITH_CUDA)
   target_link_libraries(paged_cascade_c PRIVATE CUDA::cudart)
 endif()
 
+# Context parallelism over NCCL (ring attention across the GPUs of one
+# machine): needs CUDA and NCCL. NCCL is looked up in FMHA_NCCL_ROOT (a
+# folder with include/nccl.h and lib/libnccl.so*, e.g. the nvidia-nccl-cu13
+# wheel's site-packages/nvidia/nccl), then NCCL_ROOT, CUDA's and the system's
+# folders; without it the example is skipped with a message.
+set(FMHA_NCCL_ROOT "$ENV{NCCL_ROOT}" CACHE PATH
+    "NCCL folder (include/nccl.h, lib/libnccl.so*) for examples/c/context_parallel.c")
+set(fmha_context_parallel_c OFF)
+if(FMHA_WITH_CUDA)
+  find_path(FMHA_NCCL_INCLUDE_DIR nccl.h HINTS ${FMHA_NCCL_ROOT}/include ${CUDAToolkit_INCLUDE_DIRS})
+  # The wheel ships libnccl.so.2 without the libnccl.so link: name both.
+  find_library(FMHA_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
+               HINTS ${FMHA_NCCL_ROOT}/lib ${CUDAToolkit_LIBRARY_DIR})
+  if(FMHA_NCCL_INCLUDE_DIR AND FMHA_NCCL_LIBRARY)
+    set(fmha_context_parallel_c ON)
+    message(STATUS "fmha: examples/c/context_parallel.c with NCCL ${FMHA_NCCL_LIBRARY}")
+    add_executable(context_parallel_c ${FMHA_EXAMPLES_DIR}/c/context_parallel.c)
+    target_include_directories(context_parallel_c PRIVATE ${FMHA_NCCL_INCLUDE_DIR})
+    target_link_libraries(context_parallel_c PRIVATE fmha::fmha CUDA::cudart ${FMHA_NCCL_LIBRARY})
+    get_filename_component(nccl_dir ${FMHA_NCCL_LIBRARY} DIRECTORY)
+    set_target_properties(context_parallel_c PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON
+                          BUILD_RPATH "${nccl_dir}")
+    if(NOT MSVC)
+      target_link_libraries(context_parallel_c PRIVATE m)
+    endif()
+  else()
+    message(STATUS "fmha: examples/c/context_parallel.c skipped: NCCL not found "
+                   "(set FMHA_NCCL_ROOT to a folder with include/nccl.h and lib/libnccl.so*, e.g. "
+                   "pip install nvidia-nccl-cu13 and <site-packages>/nvidia/nccl)")
+  endif()
+else()
+  message(STATUS "fmha: examples/c/context_parallel.c skipped: built without CUDA")
+endif()
+
 add_executable(decoder_layer_cpp ${FMHA_EXAMPLES_DIR}/cpp/decoder_layer.cpp)
 target_link_libraries(decoder_layer_cpp PRIVATE fmha::fmha)
 
@@ -39,6 +73,11 @@ set_tests_properties(example_decoder_layer_c example_decoder_layer_cpp example_p
 if(FMHA_WITH_CUDA)
   add_test(NAME example_paged_cascade_cuda COMMAND paged_cascade_c cuda)
   set_tests_properties(example_paged_cascade_cuda PROPERTIES LABELS "gpu;example" SKIP_RETURN_CODE 77)
+endif()
+if(fmha_context_parallel_c)
+  # Every visible GPU (one works too); an uneven sequence length.
+  add_test(NAME example_context_parallel_c COMMAND context_parallel_c 4099)
+  set_tests_properties(example_context_parallel_c PROPERTIES LABELS "gpu;example" SKIP_RETURN_CODE 77)
 endif()
 
 # Python (SWIG): needs the binding built (bindings/python) and numpy;
