@@ -108,6 +108,60 @@ if(FMHA_BUILD_SHARED)
   endif()
 endif()
 
+# Context parallelism (examples/python/context_parallel.py): N = 1, 2, 3
+# processes over gloo with the CPU backend, torchrun, lengths that do and do
+# not divide by 2N, GQA/MQA, F32, BF16, FP16, checked against one forward. Needs
+# torch (FMHA_TORCH_PYTHON: the interpreter that has it; default the bindings'
+# or the found Python 3); reported skipped without it. Through ctypes (the
+# shared library), and through the fmha package when it is built for that
+# interpreter.
+if(FMHA_BUILD_SHARED)
+  set(FMHA_TORCH_PYTHON "${fmha_python}" CACHE FILEPATH
+      "Python with torch for the context-parallel example's tests")
+  set(torch_skip "")
+  if(NOT FMHA_TORCH_PYTHON)
+    set(torch_skip "no Python 3 interpreter found")
+  else()
+    execute_process(COMMAND ${FMHA_TORCH_PYTHON} -c "import torch.distributed as d; assert d.is_available()"
+                    RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+    if(NOT rc EQUAL 0)
+      string(CONCAT torch_skip "${FMHA_TORCH_PYTHON} cannot import torch.distributed (pip install torch, "
+                               "or -DFMHA_TORCH_PYTHON=<a python that has it>)")
+    endif()
+  endif()
+  set(cp_script ${FMHA_EXAMPLES_DIR}/python/context_parallel.py)
+  set(cp_shape --device cpu --check --heads 4 --kv-heads 2 --dim 64)
+  # N: sequence lengths (the first divides by 2N, the second does not), dtypes.
+  set(cp_cases "1|1000,1001|f32,bf16" "2|1024,1001|f32,bf16,fp16" "3|1002,1001|f32,bf16")
+  foreach(case IN LISTS cp_cases)
+    string(REPLACE "|" ";" case "${case}")
+    list(GET case 0 n)
+    list(GET case 1 seqs)
+    list(GET case 2 dtypes)
+    set(name example_context_parallel_n${n})
+    if(torch_skip)
+      fmha_add_skipped_test(${name} "${torch_skip}" LABELS "cpu;example;python")
+      continue()
+    endif()
+    set(kv_heads)
+    if(n EQUAL 3)
+      set(kv_heads --kv-heads 1)  # MQA
+    endif()
+    add_test(NAME ${name}
+             COMMAND ${FMHA_TORCH_PYTHON} -m torch.distributed.run --standalone --nproc-per-node ${n}
+                     ${cp_script} ${cp_shape} ${kv_heads} --seq ${seqs} --dtype ${dtypes} --fmha ctypes)
+    set_tests_properties(${name} PROPERTIES LABELS "cpu;example;python" TIMEOUT 300
+      ENVIRONMENT "FMHA_LIBRARY=$<TARGET_FILE:fmha>;PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
+  endforeach()
+  if(NOT torch_skip AND fmha_python_dir AND "${fmha_python}" STREQUAL "${FMHA_TORCH_PYTHON}")
+    add_test(NAME example_context_parallel_package
+             COMMAND ${FMHA_TORCH_PYTHON} -m torch.distributed.run --standalone --nproc-per-node 2
+                     ${cp_script} ${cp_shape} --seq 1001 --dtype f32,bf16 --fmha package)
+    set_tests_properties(example_context_parallel_package PROPERTIES LABELS "cpu;example;python"
+      TIMEOUT 300 ENVIRONMENT "PYTHONPATH=${fmha_python_dir};PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
+  endif()
+endif()
+
 # Rust: a cargo package using bindings/rust (needs cargo; see bindings/rust);
 # reported skipped, with the reason bindings/rust gave, without it.
 get_property(fmha_cargo GLOBAL PROPERTY FMHA_CARGO_EXECUTABLE)

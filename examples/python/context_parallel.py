@@ -464,8 +464,9 @@ def bench(args, ops, rank, world, device, seq, dtype):
     flops = 4.0 * b * hq * d * seq * seq / 2
     if rank == 0:
         dt = str(dtype).replace("torch.", "")
+        per = "GPU" if device.type == "cuda" else "process"
         line = (f"bench N={world} S={seq} B={b} Hq={hq} Hk={hk} D={d} {dt} causal via {ops.name}: "
-                f"ring {t_ring:.2f} ms, {flops / world / (t_ring * 1e-3) / 1e12:.1f} TFLOP/s per GPU; "
+                f"ring {t_ring:.2f} ms, {flops / world / (t_ring * 1e-3) / 1e12:.1f} TFLOP/s per {per}; "
                 f"compute only {t_compute:.2f} ms")
         if world > 1:
             shard = 2 * zz.max_local() * ring.kv_numel * q.element_size()
