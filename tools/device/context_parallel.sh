@@ -67,20 +67,25 @@ for n in 1 2; do
 done
 grep -E "^bench|Error|error" "$out/bench.log" | sed 's/^/  /' | tee -a "$summary"
 
-# The C example against torch's NCCL wheel (nvidia/nccl/{include,lib}).
+# The C example against torch's NCCL wheel (nvidia/nccl/{include,lib}), else
+# the CUDA toolkit's NCCL.
+cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
 nccl=$($py -c "import nvidia.nccl as m, os; print(list(m.__path__)[0])" 2>/dev/null)
-if [ -n "$nccl" ] && [ -f "$nccl/include/nccl.h" ]; then
-  cuda_home=$(dirname "$(dirname "$(command -v nvcc)")")
-  nlib=$(ls "$nccl"/lib/libnccl.so* | head -1)
-  step build_c "$out/example_c.log" cc -std=c11 -O2 -Wall -Iinclude -I"$cuda_home/include" -I"$nccl/include" \
+if [ -z "$nccl" ] || [ ! -f "$nccl/include/nccl.h" ]; then
+  nccl=$cuda_home
+fi
+nlib=$(ls "$nccl"/lib/libnccl.so* "$nccl"/lib64/libnccl.so* 2>/dev/null | head -1)
+if [ -f "$nccl/include/nccl.h" ] && [ -n "$nlib" ]; then
+  note "  NCCL for the C example: $nlib"
+  step build_c "$out/example_c.log" cc -std=c11 -O2 -Wall -Iinclude -I"$nccl/include" -I"$cuda_home/include" \
     examples/c/context_parallel.c -o "$bdir/context_parallel_c" -L"$bdir/src" -lfmha -L"$cuda_home/lib64" \
-    -lcudart "$nlib" -lm -Wl,-rpath,"$PWD/$bdir/src:$nccl/lib:$cuda_home/lib64" || status=1
+    -lcudart "$nlib" -lm -Wl,-rpath,"$PWD/$bdir/src:$(dirname "$nlib"):$cuda_home/lib64" || status=1
   step example_c_n2 "$out/example_c.log" timeout 120 "$bdir/context_parallel_c" 4099 2 || status=1
   step example_c_n1 "$out/example_c.log" timeout 120 "$bdir/context_parallel_c" 4099 1 || status=1
   step example_c_64k "$out/example_c.log" timeout 120 "$bdir/context_parallel_c" 65536 2 || status=1
   grep -E "^context_parallel_c|error" "$out/example_c.log" | sed 's/^/  /' | tee -a "$summary"
 else
-  note "example_c    skipped: no nvidia/nccl (include/nccl.h) importable by $py"
+  note "example_c    skipped: no NCCL (torch's nvidia/nccl wheel or $cuda_home/include/nccl.h)"
 fi
 note "status=$status"
 exit $status
