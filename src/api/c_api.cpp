@@ -313,7 +313,9 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
     ctx.pool = handle->pool.get();
     ctx.workspace = workspace;
     ctx.workspace_bytes = workspace_bytes;
-    return kernel->run(p, ctx);
+    s = kernel->run(p, ctx);
+    FMHA_PROFILE_STAGE(kFwdRun);
+    return s;
   });
   FMHA_PROFILE_EXIT(kFwdExit);
   return status;

@@ -40,6 +40,7 @@ constexpr const char* kStageNames[kStageCount] = {
     "fwd: dispatch (run, family plan)",
     "fwd: make_fwd_params",
     "fwd: launch (opt-in, launch, status)",
+    "fwd: run (rest; all of it if unstamped)",
     "fwd: exit (device scope, clear_error)",
 };
 
@@ -179,7 +180,9 @@ extern "C" int fmha_internal_host_profile(char* buf, size_t len, int reset) {
                   pairs, "", total_mean / pairs);
     text += line;
   }
-  if (reset)
+  if (reset) {
     for (auto& v : l.samples) v.clear();
+    l.have_exit = false;  // the next call's kOutside would hold the caller's report and printing
+  }
   return std::snprintf(buf, len, "%s", text.c_str());
 }

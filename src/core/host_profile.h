@@ -37,9 +37,10 @@ enum Stage : int {
   kFwdSelect,
   kFwdWorkspace,     // workspace size/alignment and overlap checks
   kFwdDevice,        // ScopedDevice::enter (cudaGetDevice) and the workspace's pointer query
-  kFwdDispatch,      // LaunchContext, registry run, the family's plan and instance checks
+  kFwdDispatch,      // LaunchContext, registry run, the family's plan and instance checks (CUDA sm80)
   kFwdParams,        // make_fwd_params + LaunchArgs
-  kFwdLaunch,        // shared-memory opt-in check + the launch call and its status
+  kFwdLaunch,        // shared-memory opt-in check + the launch call and its status (CUDA sm80)
+  kFwdRun,           // the rest of the kernel's run (all of it where the family has no stamps: CPU, the other CUDA families)
   kFwdExit,          // back out: ScopedDevice, memo scope, guard's clear_error
   kStageCount
 };
