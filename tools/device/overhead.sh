@@ -21,7 +21,8 @@
 # one enqueue) to see what the rest is made of.
 #
 # With --profile it also builds libfmha and bench_overhead with
-# FMHA_HOST_PROFILE=ON in a second build directory (<build>-profile) and runs
+# FMHA_HOST_PROFILE=ON in a second build directory (<build>-profile; only the
+# F16 D=64 instances the bench runs, so the dispatch is the same) and runs
 # that bench once: profile.log holds each fmha row followed by its per-stage
 # breakdown (src/core/host_profile.h: median and mean ns per stage; every
 # stage carries one time stamp, ~20 ns, so the stages sum to a little more
@@ -164,7 +165,8 @@ if [ "$profile" = 1 ]; then
   pdir="$bdir-profile"
   if { [ "$build" = 0 ] && [ -x "$pdir/tests/perf/bench_overhead" ]; } ||
      { cmake -S . -B "$pdir" -G Ninja -DFMHA_BUILD_EXAMPLES=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-         -DFMHA_HOST_PROFILE=ON > "$out/profile-build.log" 2>&1 &&
+         -DFMHA_HOST_PROFILE=ON -DFMHA_SM80_INSTANCES="f16:64" -DFMHA_SM90_INSTANCES="f16:64" \
+         > "$out/profile-build.log" 2>&1 &&
        cmake --build "$pdir" -j"$jobs" --target fmha bench_overhead >> "$out/profile-build.log" 2>&1; }; then
     if timeout 300 "$pdir/tests/perf/bench_overhead" --iters "$iters" > "$out/profile.log" 2>&1; then
       note "profile (FMHA_HOST_PROFILE=ON build, one run; profile.log has every row):"
