@@ -54,7 +54,11 @@ fmha_status KernelLauncher::launch(const void* kernel, dim3 grid, dim3 block, si
                               block.z, static_cast<unsigned>(smem_bytes), static_cast<CUstream>(stream), args,
                               nullptr);
     if (r == CUDA_SUCCESS) return FMHA_SUCCESS;
-    return fail(FMHA_ERROR_DEVICE, "%s launch failed: CUDA driver error %d", what, static_cast<int>(r));
+    // No current context (a thread that never used the runtime, launching
+    // on the NULL stream): the runtime's launch below makes the device's
+    // primary context current, as it always did.
+    if (r != CUDA_ERROR_INVALID_CONTEXT)
+      return fail(FMHA_ERROR_DEVICE, "%s launch failed: CUDA driver error %d", what, static_cast<int>(r));
   }
 #endif
   const cudaError_t err = cudaLaunchKernel(kernel, grid, block, args, smem_bytes, stream);
