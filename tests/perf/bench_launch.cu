@@ -3,6 +3,12 @@
 // bytes and of sizeof(FwdParams) (what the CUDA families pass), so the
 // fmha_forward rows can be read against the cheapest launch there is.
 // bench_overhead.c (C) times bench_launch_once; this file only launches.
+//
+// It is built twice: into bench_overhead itself (the CUDA runtime that also
+// created the stream: libcudart.so), and, with BENCH_LAUNCH_STATIC=1, into
+// libbench_launch_static.so with its own static runtime, as libfmha has one
+// (cudart_static): its launches enqueue on a stream another runtime created,
+// which is libfmha's situation inside any program that uses CUDA itself.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -91,13 +97,15 @@ bool driver_ready() { return g_cu_launch != nullptr && g_fn_small != nullptr && 
 
 extern "C" {
 
-size_t bench_launch_param_bytes(void) { return sizeof(Big); }
+BENCH_LAUNCH_EXPORT size_t BENCH_LAUNCH_FN(param_bytes)(void) { return sizeof(Big); }
 
-int bench_launch_rows(void) { return kRowCount; }
+BENCH_LAUNCH_EXPORT int BENCH_LAUNCH_FN(rows)(void) { return kRowCount; }
 
-const char* bench_launch_name(int row) { return row >= 0 && row < kRowCount ? kNames[row] : "?"; }
+BENCH_LAUNCH_EXPORT const char* BENCH_LAUNCH_FN(name)(int row) {
+  return row >= 0 && row < kRowCount ? kNames[row] : "?";
+}
 
-int bench_launch_prepare(void) {
+BENCH_LAUNCH_EXPORT int BENCH_LAUNCH_FN(prepare)(void) {
   if (cudaFuncSetAttribute(reinterpret_cast<const void*>(empty_big), cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(kSm80NarrowSmem)) != cudaSuccess)
     return -1;
@@ -117,7 +125,7 @@ int bench_launch_prepare(void) {
 
 // One launch of `row` on `stream`; 0 on success, 1 when this row cannot run
 // here (no driver entry point), -1 on a CUDA error.
-int bench_launch_once(int row, void* stream_ptr) {
+BENCH_LAUNCH_EXPORT int BENCH_LAUNCH_FN(once)(int row, void* stream_ptr) {
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   cudaError_t err = cudaSuccess;
   g_big.spin = 0;

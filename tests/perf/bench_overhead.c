@@ -53,7 +53,10 @@
  * cudaGetFuncBySymbol, and on a CUkernel from cudaGetKernel), with an 8-byte
  * and a sizeof(FwdParams) parameter, with the sm80 tile's 66 KiB of dynamic
  * shared memory, and while the GPU stays busy (each kernel spins ~8 us);
- * same stream protocol as ws+forward (sync every K calls, untimed).
+ * same stream protocol as ws+forward (sync every K calls, untimed). The
+ * "launch" rows launch through the runtime that created the stream
+ * (libcudart.so); "launch-static" through a library with its own static
+ * runtime (libbench_launch_static.so), which is how libfmha launches.
  *
  * A profiling build of libfmha (cmake -DFMHA_HOST_PROFILE=ON) exports
  * fmha_internal_host_profile; when it is there (dlsym), each row of the
@@ -524,40 +527,49 @@ static void time_primitives(const options* opt, cudaStream_t stream, void* dev_p
   print_row("cuda", "runtime", "cudaMemsetAsync 4 B (one enqueue)", s);
 }
 
+/* One build of bench_launch.cu (bench_launch.h): the functions of a prefix. */
+typedef struct {
+  const char* label; /* the case column */
+  int (*rows)(void);
+  const char* (*name)(int);
+  size_t (*param_bytes)(void);
+  int (*prepare)(void);
+  int (*once)(int, void*);
+} launch_set;
+
 /* The launch floor: bench_launch.cu's empty kernels, same protocol as the
  * ws+forward (stream) row. */
-static void time_launches(const options* opt, cudaStream_t stream, samples* s) {
-  if (bench_launch_prepare() != 0) {
-    printf("cuda launch: setup failed (%s); launch rows skipped\n", cudaGetErrorString(cudaGetLastError()));
+static void time_launches(const options* opt, const launch_set* set, cudaStream_t stream, samples* s) {
+  if (set->prepare() != 0) {
+    printf("cuda %s: setup failed (%s); rows skipped\n", set->label, cudaGetErrorString(cudaGetLastError()));
     return;
   }
-  printf("cuda launch: empty kernel, 1 x 32 threads; FwdParams = %zu bytes\n", bench_launch_param_bytes());
-  for (int row = 0; row < bench_launch_rows(); ++row) {
+  printf("cuda %s: empty kernel, 1 x 32 threads; FwdParams = %zu bytes\n", set->label, set->param_bytes());
+  for (int row = 0; row < set->rows(); ++row) {
     int rc = 0;
     for (int i = 0; i < opt->warmup && rc == 0; ++i) {
       if (i % opt->sync_every == 0) sync_stream(stream);
-      rc = bench_launch_once(row, stream);
+      rc = set->once(row, stream);
     }
     const int64_t wall0 = now_ns();
     for (int i = 0; i < opt->iters && rc == 0; ++i) {
       if (i % opt->sync_every == 0) sync_stream(stream);
       const int64_t t0 = now_ns();
-      rc = bench_launch_once(row, stream);
+      rc = set->once(row, stream);
       s->ns[i] = now_ns() - t0;
     }
     sync_stream(stream);
     s->wall_ns = now_ns() - wall0;
     s->n = opt->iters;
     if (rc == 1) {
-      printf("cuda   launch           %-34s (not available here)\n", bench_launch_name(row));
+      printf("cuda   %-16s %-34s (not available here)\n", set->label, set->name(row));
       continue;
     }
     if (rc != 0) {
-      printf("cuda   launch           %-34s failed: %s\n", bench_launch_name(row),
-             cudaGetErrorString(cudaGetLastError()));
+      printf("cuda   %-16s %-34s failed: %s\n", set->label, set->name(row), cudaGetErrorString(cudaGetLastError()));
       continue;
     }
-    print_row("cuda", "launch", bench_launch_name(row), s);
+    print_row("cuda", set->label, set->name(row), s);
   }
 }
 
@@ -656,7 +668,15 @@ static void run_cuda(const options* opt, samples* s) {
     cudaFree(lse);
   }
   time_primitives(opt, stream, spare, s);
-  time_launches(opt, stream, s);
+  /* The runtime that created the stream, then a static runtime of its own
+   * (as libfmha's) enqueueing on that stream. */
+  const launch_set own = {"launch", bench_launch_rows, bench_launch_name, bench_launch_param_bytes,
+                          bench_launch_prepare, bench_launch_once};
+  const launch_set foreign = {"launch-static", bench_launch_static_rows, bench_launch_static_name,
+                              bench_launch_static_param_bytes, bench_launch_static_prepare,
+                              bench_launch_static_once};
+  time_launches(opt, &own, stream, s);
+  time_launches(opt, &foreign, stream, s);
   cudaFree(spare);
   CUDA_OK(cudaStreamDestroy(stream));
   fmha_destroy(h);
