@@ -11,6 +11,7 @@
 #include "api/guard.h"
 #include "backend/cpu/cpu_merge.h"
 #include "core/merge.h"
+#include "core/host_profile.h"
 #include "core/pointer_memo.h"
 #include "core/validate.h"
 #include "dispatch/registry.h"
@@ -110,18 +111,24 @@ void remember(const fmha_forward_params* params, const fmha::DeviceInfo& dev, co
 // Validates params for this handle and selects the kernel. With `explain`,
 // the decision in prose (and nothing is remembered or reused).
 fmha_status prepare(fmha_handle h, const fmha_forward_params* params, Prepared* out, std::string* explain) {
+  FMHA_PROFILE_STAGE(kWsEntry);  // (kFwd* in a forward: host_profile.h)
   if (h == nullptr) return fail(kInvalid, "handle is NULL");
   fmha_status s;
   const bool reuse = explain == nullptr && params != nullptr && same_as_last(params, h->device);
-  if (reuse)
+  if (reuse) {
     *out = t_last.result;
-  else if ((s = fmha::build_problem(params, &out->problem)) != FMHA_SUCCESS)
-    return s;
+    FMHA_PROFILE_STAGE(kWsReuse);
+  } else {
+    FMHA_PROFILE_STAGE(kWsReuse);
+    if ((s = fmha::build_problem(params, &out->problem)) != FMHA_SUCCESS) return s;
+    FMHA_PROFILE_STAGE(kWsBuild);
+  }
   // Where the pointers live is asked every call (and before dispatch, so a
   // host pointer on a CUDA handle is INVALID_ARGUMENT even when no kernel
   // would run the problem).
   if ((s = fmha::check_memory_location(out->problem, h->device, pointer_query(h->device))) != FMHA_SUCCESS)
     return s;
+  FMHA_PROFILE_STAGE(kWsPointers);
   if (reuse) return FMHA_SUCCESS;
   const fmha::Problem& p = out->problem;
   if (p.no_rows()) {
@@ -138,6 +145,7 @@ fmha_status prepare(fmha_handle h, const fmha_forward_params* params, Prepared* 
   if ((s = fmha::select_kernel(out->problem, h->device, &out->kernel, explain)) != FMHA_SUCCESS) return s;
   out->workspace = workspace_for(out->kernel, out->problem, h->device);
   if (explain == nullptr) remember(params, h->device, *out);
+  FMHA_PROFILE_STAGE(kWsSelect);
   return FMHA_SUCCESS;
 }
 
@@ -272,7 +280,8 @@ fmha_status fmha_set_parallel_for(fmha_handle handle, fmha_parallel_for_fn fn, v
 
 fmha_status fmha_forward_workspace_size(fmha_handle handle, const fmha_forward_params* params,
                                         size_t* bytes) {
-  return guard("fmha_forward_workspace_size", [&]() -> fmha_status {
+  FMHA_PROFILE_ENTER(kWorkspaceSize);
+  const fmha_status status = guard("fmha_forward_workspace_size", [&]() -> fmha_status {
     if (bytes == nullptr) return fail(kInvalid, "bytes is NULL");
     fmha::PointerMemoScope memo;  // this call's allocation lookups
     Prepared pr;
@@ -281,11 +290,14 @@ fmha_status fmha_forward_workspace_size(fmha_handle handle, const fmha_forward_p
     *bytes = pr.workspace;
     return FMHA_SUCCESS;
   });
+  FMHA_PROFILE_EXIT(kWsExit);
+  return status;
 }
 
 fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, void* workspace,
                          size_t workspace_bytes) {
-  return guard("fmha_forward", [&]() -> fmha_status {
+  FMHA_PROFILE_ENTER(kForward);
+  const fmha_status status = guard("fmha_forward", [&]() -> fmha_status {
     fmha::PointerMemoScope memo;  // this call's allocation lookups (tensors, then the workspace)
     Prepared pr;
     fmha_status s = prepare(handle, params, &pr, nullptr);
@@ -302,6 +314,7 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
     if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
       return fail(kInvalid, "workspace=%p is not 16-byte aligned", workspace);
     if ((s = fmha::check_workspace(p, workspace, need)) != FMHA_SUCCESS) return s;
+    FMHA_PROFILE_STAGE(kFwdWorkspace);
 #if FMHA_WITH_CUDA
     fmha::cuda::ScopedDevice device_scope;  // restores the caller's device on return
     if (handle->device.kind == FMHA_DEVICE_CUDA) {
@@ -310,14 +323,19 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
         return fail(kInvalid, "workspace=%p is host memory but the handle is CUDA", workspace);
     }
 #endif
+    FMHA_PROFILE_STAGE(kFwdDevice);
     fmha::LaunchContext ctx;
     ctx.device = &handle->device;
     ctx.stream = handle->stream;
     ctx.pool = handle->pool.get();
     ctx.workspace = workspace;
     ctx.workspace_bytes = workspace_bytes;
-    return kernel->run(p, ctx);
+    s = kernel->run(p, ctx);
+    FMHA_PROFILE_STAGE(kFwdRun);
+    return s;
   });
+  FMHA_PROFILE_EXIT(kFwdExit);
+  return status;
 }
 
 void fmha_merge_params_init_sized(fmha_merge_params* params, size_t struct_size) {

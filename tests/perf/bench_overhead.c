@@ -47,6 +47,21 @@
  * cudaGetLastError, and cudaMemsetAsync of 4 bytes as the cost of one
  * enqueue), so the ws+forward row can be read as a sum.
  *
+ * And the launch floor ("launch" rows, tests/perf/bench_launch.cu): an
+ * empty kernel, 1 CTA of 32 threads, enqueued with <<<>>>, cudaLaunchKernel,
+ * cudaLaunchKernelEx and the driver's cuLaunchKernel (on a CUfunction from
+ * cudaGetFuncBySymbol, and on a CUkernel from cudaGetKernel), with an 8-byte
+ * and a sizeof(FwdParams) parameter, with the sm80 tile's 66 KiB of dynamic
+ * shared memory, and while the GPU stays busy (each kernel spins ~8 us);
+ * same stream protocol as ws+forward (sync every K calls, untimed). The
+ * "launch" rows launch through the runtime that created the stream
+ * (libcudart.so); "launch-static" through a library with its own static
+ * runtime (libbench_launch_static.so), which is how libfmha launches.
+ *
+ * A profiling build of libfmha (cmake -DFMHA_HOST_PROFILE=ON) exports
+ * fmha_internal_host_profile; when it is there (dlsym), each row of the
+ * fmha calls is followed by its per-stage breakdown (core/host_profile.h).
+ *
  * Goal (issue 9): ws+forward <= 3 us on the CUDA handle. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 
@@ -58,9 +73,16 @@
 
 #include <fmha/fmha.h>
 
+#if defined(__linux__) || defined(__APPLE__)
+#include <dlfcn.h>
+#define BENCH_HAVE_DLSYM 1
+#endif
+
 #if BENCH_WITH_CUDA
 #include <cuda.h>
 #include <cuda_runtime.h>
+
+#include "bench_launch.h"
 #endif
 
 /* ---- options and timing --------------------------------------------------- */
@@ -105,6 +127,34 @@ static void print_row(const char* handle, const char* name, const char* what, sa
            (double)s->wall_ns / s->n / 1e3);
   else
     printf("%-6s %-16s %-34s %9.3f %9.3f %9.3f %9s\n", handle, name, what, mean, median, p90, "-");
+  fflush(stdout);
+}
+
+/* ---- the stage breakdown of a profiling build ------------------------------ */
+
+typedef int (*host_profile_fn)(char* buf, size_t len, int reset);
+static host_profile_fn g_profile = NULL;
+
+static void find_profile(void) {
+#if BENCH_HAVE_DLSYM
+  void* self = dlopen(NULL, RTLD_NOW);
+  void* sym = self != NULL ? dlsym(self, "fmha_internal_host_profile") : NULL;
+  if (sym != NULL) memcpy(&g_profile, &sym, sizeof g_profile); /* object to function pointer */
+#endif
+}
+
+/* Drops the samples so far (warm-up, the previous row). */
+static void profile_reset(void) {
+  char none[1];
+  if (g_profile != NULL) g_profile(none, sizeof none, 1);
+}
+
+/* The breakdown of the row just printed. */
+static void profile_print(void) {
+  static char text[8192];
+  if (g_profile == NULL) return;
+  g_profile(text, sizeof text, 1);
+  fputs(text, stdout);
   fflush(stdout);
 }
 
@@ -211,6 +261,7 @@ typedef void (*sync_fn)(void* user);
 
 static void time_forward(fmha_handle h, const fmha_forward_params* p, const fmha_forward_params* alt, void* ws,
                          size_t ws_bytes, int iters, int sync_every, sync_fn sync, void* user, samples* out) {
+  profile_reset();
   const int64_t wall0 = now_ns();
   for (int i = 0; i < iters; ++i) {
     if (sync != NULL && i % sync_every == 0) sync(user);
@@ -229,6 +280,7 @@ static void time_forward(fmha_handle h, const fmha_forward_params* p, const fmha
  * call finds its params equal to the previous call's. */
 static void time_workspace(fmha_handle h, const fmha_forward_params* p, const fmha_forward_params* alt, int iters,
                            samples* out) {
+  profile_reset();
   for (int i = 0; i < iters; ++i) {
     size_t need = 0;
     const fmha_forward_params* use = alt != NULL && i % 2 ? alt : p;
@@ -300,10 +352,13 @@ static void run_cpu(const options* opt, samples* s) {
     time_forward(h, &p, NULL, ws, ws_bytes, opt->warmup > 0 ? opt->warmup : 1, 1, NULL, NULL, s);
     time_forward(h, &p, NULL, ws, ws_bytes, opt->iters, 1, NULL, NULL, s);
     print_row("cpu", sh->name, "ws+forward (1 thread, computes)", s);
+    profile_print();
     time_workspace(h, &p, NULL, opt->iters, s);
     print_row("cpu", sh->name, "workspace_size", s);
+    profile_print();
     time_workspace(h, &p, &alt, opt->iters, s);
     print_row("cpu", sh->name, "workspace_size (params alternate)", s);
+    profile_print();
     const fmha_forward_params bad = mismatched(p);
     time_refused(h, &bad, FMHA_ERROR_INVALID_ARGUMENT, opt->iters, s);
     print_row("cpu", sh->name, "invalid (k.dims[3] != q.dims[3])", s);
@@ -358,6 +413,7 @@ static void time_captured(fmha_handle h, cudaStream_t stream, const fmha_forward
                           size_t ws_bytes, int iters, int per_graph, samples* out) {
   out->n = 0;
   out->wall_ns = 0;
+  profile_reset();
   for (int i = 0; i < iters;) {
     cudaError_t err = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
     if (err != cudaSuccess) {
@@ -471,6 +527,52 @@ static void time_primitives(const options* opt, cudaStream_t stream, void* dev_p
   print_row("cuda", "runtime", "cudaMemsetAsync 4 B (one enqueue)", s);
 }
 
+/* One build of bench_launch.cu (bench_launch.h): the functions of a prefix. */
+typedef struct {
+  const char* label; /* the case column */
+  int (*rows)(void);
+  const char* (*name)(int);
+  size_t (*param_bytes)(void);
+  int (*prepare)(void);
+  int (*once)(int, void*);
+} launch_set;
+
+/* The launch floor: bench_launch.cu's empty kernels, same protocol as the
+ * ws+forward (stream) row. */
+static void time_launches(const options* opt, const launch_set* set, cudaStream_t stream, samples* s) {
+  if (set->prepare() != 0) {
+    printf("cuda %s: setup failed (%s); rows skipped\n", set->label, cudaGetErrorString(cudaGetLastError()));
+    return;
+  }
+  printf("cuda %s: empty kernel, 1 x 32 threads; FwdParams = %zu bytes\n", set->label, set->param_bytes());
+  for (int row = 0; row < set->rows(); ++row) {
+    int rc = 0;
+    for (int i = 0; i < opt->warmup && rc == 0; ++i) {
+      if (i % opt->sync_every == 0) sync_stream(stream);
+      rc = set->once(row, stream);
+    }
+    const int64_t wall0 = now_ns();
+    for (int i = 0; i < opt->iters && rc == 0; ++i) {
+      if (i % opt->sync_every == 0) sync_stream(stream);
+      const int64_t t0 = now_ns();
+      rc = set->once(row, stream);
+      s->ns[i] = now_ns() - t0;
+    }
+    sync_stream(stream);
+    s->wall_ns = now_ns() - wall0;
+    s->n = opt->iters;
+    if (rc == 1) {
+      printf("cuda   %-16s %-34s (not available here)\n", set->label, set->name(row));
+      continue;
+    }
+    if (rc != 0) {
+      printf("cuda   %-16s %-34s failed: %s\n", set->label, set->name(row), cudaGetErrorString(cudaGetLastError()));
+      continue;
+    }
+    print_row("cuda", set->label, set->name(row), s);
+  }
+}
+
 static void run_cuda(const options* opt, samples* s) {
   fmha_handle h = NULL;
   fmha_status st = fmha_create(&h, FMHA_DEVICE_CUDA, opt->device);
@@ -512,14 +614,19 @@ static void run_cuda(const options* opt, samples* s) {
                  stream, s);
     time_forward(h, &p, NULL, ws, ws_bytes, opt->iters, opt->sync_every, sync_stream, stream, s);
     print_row("cuda", sh->name, "ws+forward (stream)", s);
+    profile_print();
     time_forward(h, &p, &alt, ws, ws_bytes, opt->iters, opt->sync_every, sync_stream, stream, s);
     print_row("cuda", sh->name, "ws+forward (params alternate)", s);
+    profile_print();
     time_captured(h, stream, &p, ws, ws_bytes, opt->iters, opt->sync_every, s);
     print_row("cuda", sh->name, "ws+forward (capture)", s);
+    profile_print();
     time_workspace(h, &p, NULL, opt->iters, s);
     print_row("cuda", sh->name, "workspace_size", s);
+    profile_print();
     time_workspace(h, &p, &alt, opt->iters, s);
     print_row("cuda", sh->name, "workspace_size (params alternate)", s);
+    profile_print();
     const fmha_forward_params bad = mismatched(p);
     time_refused(h, &bad, FMHA_ERROR_INVALID_ARGUMENT, opt->iters, s);
     print_row("cuda", sh->name, "invalid (k.dims[3] != q.dims[3])", s);
@@ -545,6 +652,7 @@ static void run_cuda(const options* opt, samples* s) {
                  stream, s);
     time_forward(h, &pa, NULL, ws, ws_bytes, opt->iters, opt->sync_every, sync_stream, stream, s);
     print_row("cuda", sh->name, "ws+forward (one allocation)", s);
+    profile_print();
     CUDA_OK(cudaFree(arena));
 
     CUDA_OK(cudaGetLastError());
@@ -560,6 +668,15 @@ static void run_cuda(const options* opt, samples* s) {
     cudaFree(lse);
   }
   time_primitives(opt, stream, spare, s);
+  /* The runtime that created the stream, then a static runtime of its own
+   * (as libfmha's) enqueueing on that stream. */
+  const launch_set own = {"launch", bench_launch_rows, bench_launch_name, bench_launch_param_bytes,
+                          bench_launch_prepare, bench_launch_once};
+  const launch_set foreign = {"launch-static", bench_launch_static_rows, bench_launch_static_name,
+                              bench_launch_static_param_bytes, bench_launch_static_prepare,
+                              bench_launch_static_once};
+  time_launches(opt, &own, stream, s);
+  time_launches(opt, &foreign, stream, s);
   cudaFree(spare);
   CUDA_OK(cudaStreamDestroy(stream));
   fmha_destroy(h);
@@ -576,6 +693,8 @@ int main(int argc, char** argv) {
   if (s.ns == NULL) usage("out of host memory");
   printf("bench_overhead: fmha %u, %d iterations after %d warm-up, CUDA sync every %d calls\n", fmha_version(),
          opt.iters, opt.warmup, opt.sync_every);
+  find_profile();
+  if (g_profile != NULL) printf("profiling build: per-stage breakdown after each fmha row (stamps add to each stage)\n");
   print_header();
   if (opt.cpu) run_cpu(&opt, &s);
 #if BENCH_WITH_CUDA

@@ -20,7 +20,20 @@
 # against 3 us, and the primitive rows under it (one driver pointer query,
 # one enqueue) to see what the rest is made of.
 #
+# With --profile it also builds libfmha and bench_overhead with
+# FMHA_HOST_PROFILE=ON in a second build directory (<build>-profile; only the
+# F16 D=64 instances the bench runs, so the dispatch is the same) and runs
+# that bench once: profile.log holds each fmha row followed by its per-stage
+# breakdown (src/core/host_profile.h: median and mean ns per stage; every
+# stage carries one time stamp, ~20 ns, so the stages sum to a little more
+# than the row). summary.txt repeats the breakdown of the CUDA dense rows.
+# With --driver-launch, a third build (<build>-driver, FMHA_CUDA_LAUNCH=DRIVER:
+# cuLaunchKernel on a cached CUkernel instead of cudaLaunchKernel) runs the
+# GPU suite and the bench once (driver-tests.log, driver-bench.log).
+#
 # Options:
+#   --profile        also the profiling build and its breakdown (above)
+#   --driver-launch  also the driver-launch build: test_gpu + bench (above)
 #   --no-build     reuse the build directory
 #   --iters N      bench_overhead iterations (default 20000)
 #   --arch LIST    CMAKE_CUDA_ARCHITECTURES (default 90-real)
@@ -28,16 +41,20 @@
 set -u -o pipefail
 
 build=1
+profile=0
+driver=0
 iters=20000
 arch=90-real
 jobs=16
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-build) build=0 ;;
+    --profile) profile=1 ;;
+    --driver-launch) driver=1 ;;
     --iters) iters=$2; shift ;;
     --arch) arch=$2; shift ;;
     --jobs) jobs=$2; shift ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
     *) echo "overhead.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -92,7 +109,7 @@ for run in 1 2 3; do
   fi
 done
 note "bench (median us; 3 runs):"
-grep -E '^cuda +(dense|gqa_causal_lse) +ws\+forward|^cuda +(runtime|driver)|^cpu +dense' "$out/bench.log" |
+grep -E '^cuda +(dense|gqa_causal_lse) +ws\+forward|^cuda +(runtime|driver|launch)|^cpu +dense' "$out/bench.log" |
   awk '{ key = $1 " " $2 " " substr($0, 25, 34); sub(/ +$/, "", key); med[key] = med[key] " " $(NF-2) }
        END { for (k in med) print k ":" med[k] }' | sort | tee -a "$summary"
 
@@ -118,8 +135,9 @@ workspace pointer (need > 0)       1 x cudaPointerGetAttributes   0 if inside a 
 current device                     1 x cudaGetDevice              1 x cudaGetDevice
   (+2 cudaSetDevice when the caller's current device is another one: set, and restore)
 smem opt-in (> 48 KiB tiles)       atomic load after the first launch per (kernel, device): no call
-kernel launch                      1 x <<<>>> (cudaLaunchKernel)  same
-launch check                       1 x cudaGetLastError           same
+kernel launch (sm80)               1 x <<<>>> (push + pop of the   1 x cudaLaunchKernel (or, built with
+                                   configuration, cudaLaunchKernel) FMHA_CUDA_LAUNCH=DRIVER, 1 x cuLaunchKernel)
+launch check (sm80)                1 x cudaGetLastError           none: the launch call's own status
 split-KV (num_splits > 1)          +1 launch, +1 cudaGetLastError same
 cuda_sm90_ws (persistent tiles)    +1 cudaMemsetAsync, +4 cuTensorMapEncodeTiled (host-side encode)
 device properties                  none per call: read once by fmha_create (cudaGetDeviceProperties)
@@ -142,4 +160,59 @@ device's, and no query cheaper than the lookup itself can tell
 (src/core/pointer_memo.h).
 EOF
 note "calls per forward: calls.txt"
+# 5. (--profile) the stage breakdown: a second build with FMHA_HOST_PROFILE=ON
+if [ "$profile" = 1 ]; then
+  pdir="$bdir-profile"
+  if { [ "$build" = 0 ] && [ -x "$pdir/tests/perf/bench_overhead" ]; } ||
+     { cmake -S . -B "$pdir" -G Ninja -DFMHA_BUILD_EXAMPLES=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+         -DFMHA_HOST_PROFILE=ON -DFMHA_SM80_INSTANCES="f16:64" -DFMHA_SM90_INSTANCES="f16:64" \
+         > "$out/profile-build.log" 2>&1 &&
+       cmake --build "$pdir" -j"$jobs" --target fmha bench_overhead >> "$out/profile-build.log" 2>&1; }; then
+    if timeout 300 "$pdir/tests/perf/bench_overhead" --iters "$iters" > "$out/profile.log" 2>&1; then
+      note "profile (FMHA_HOST_PROFILE=ON build, one run; profile.log has every row):"
+      # Each CUDA dense ws+forward row and the breakdown lines under it.
+      awk '/^cuda +dense +ws\+forward/ { show = 1; print; next }
+           /^(cpu|cuda) / { show = 0 }
+           show && /^  / { print }' "$out/profile.log" | tee -a "$summary"
+    else
+      status=1
+      note "profile: bench_overhead FAILED (profile.log)"
+    fi
+  else
+    status=1
+    note "profile: build FAILED (profile-build.log)"
+    tail -30 "$out/profile-build.log"
+  fi
+fi
+
+# 6. (--driver-launch) the same library launching through cuLaunchKernel
+if [ "$driver" = 1 ]; then
+  ddir="$bdir-driver"
+  if { [ "$build" = 0 ] && [ -x "$ddir/tests/test_gpu" ]; } ||
+     { cmake -S . -B "$ddir" -G Ninja -DFMHA_BUILD_EXAMPLES=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+         -DFMHA_CUDA_LAUNCH=DRIVER > "$out/driver-build.log" 2>&1 &&
+       cmake --build "$ddir" -j"$jobs" --target fmha bench_overhead test_gpu >> "$out/driver-build.log" 2>&1; }; then
+    timeout 400 "$ddir/tests/test_gpu" > "$out/driver-tests.log" 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then
+      note "driver-launch tests: $(grep -E 'test cases:' "$out/driver-tests.log" | tail -1)"
+    else
+      status=1
+      note "driver-launch tests: FAILED, exit $rc (driver-tests.log)"
+    fi
+    if timeout 300 "$ddir/tests/perf/bench_overhead" --iters "$iters" --no-cpu > "$out/driver-bench.log" 2>&1; then
+      note "driver-launch bench (median us, one run):"
+      grep -E '^cuda +(dense|gqa_causal_lse) +ws\+forward' "$out/driver-bench.log" |
+        awk '{ printf "  %s %s: %s\n", $2, substr($0, 25, 34), $(NF-2) }' | sed 's/ *:/:/' | tee -a "$summary"
+    else
+      status=1
+      note "driver-launch bench: FAILED (driver-bench.log)"
+    fi
+  else
+    status=1
+    note "driver-launch: build FAILED (driver-build.log)"
+    tail -30 "$out/driver-build.log"
+  fi
+fi
+
 exit $status

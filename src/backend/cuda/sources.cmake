@@ -5,6 +5,7 @@ list(APPEND FMHA_SOURCES
   # all output types; fmha_merge's kernel; the shared-memory opt-in; the
   # forward params and the split heuristic)
   backend/cuda/common/smem_opt_in.cpp
+  backend/cuda/common/kernel_launch.cpp
   backend/cuda/common/split_combine.cu
   backend/cuda/common/merge.cu
   backend/cuda/common/fwd_params.cpp
@@ -96,3 +97,11 @@ list(APPEND FMHA_SOURCES ${_sm80_units})
 # cuda_sm90_ws: sm_90a machine code only, built as their own object library
 # (src/CMakeLists.txt) and linked into libfmha beside the other objects.
 fmha_kernel_instances(sm90 SM90 FMHA_SM90_KERNEL_SOURCES)
+
+# FMHA_CUDA_LAUNCH (top-level CMakeLists.txt): only the launcher reads it.
+if(FMHA_CUDA_LAUNCH STREQUAL "DRIVER")
+  set_source_files_properties(backend/cuda/common/kernel_launch.cpp PROPERTIES COMPILE_DEFINITIONS
+                              FMHA_CUDA_DRIVER_LAUNCH=1)
+elseif(NOT FMHA_CUDA_LAUNCH STREQUAL "RUNTIME")
+  message(FATAL_ERROR "FMHA_CUDA_LAUNCH=${FMHA_CUDA_LAUNCH}: RUNTIME or DRIVER")
+endif()

@@ -2,6 +2,7 @@
 // per-instantiation translation units fwd_<dtype>_d<D>.cu.
 #pragma once
 
+#include "backend/cuda/common/kernel_launch.h"
 #include "backend/cuda/common/smem_opt_in.h"
 #include "backend/cuda/common/split_combine.h"
 #include "backend/cuda/cuda_device.h"
@@ -13,13 +14,14 @@ namespace fmha::cuda::sm80 {
 
 template <class T, class Cfg, bool kSoftcap>
 fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
-  const auto kernel = fwd_kernel<T, Cfg, kSoftcap>;
-  static SmemOptIn opt_in;  // one per instantiation, i.e. per kernel
-  const fmha_status s =
-      opt_in.ensure(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, a.device, "cuda_sm80_tc forward");
+  const void* kernel = reinterpret_cast<const void*>(fwd_kernel<T, Cfg, kSoftcap>);
+  static SmemOptIn opt_in;          // one per instantiation, i.e. per kernel
+  static KernelLauncher launcher;   // likewise
+  const fmha_status s = opt_in.ensure(kernel, Cfg::kSmemBytes, a.device, "cuda_sm80_tc forward");
   if (s != FMHA_SUCCESS) return s;
-  kernel<<<static_cast<unsigned>(a.blocks), Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(p);
-  return check_launch("cuda_sm80_tc forward");
+  void* args[] = {const_cast<FwdParams*>(&p)};
+  return launcher.launch(kernel, dim3(static_cast<unsigned>(a.blocks)), dim3(Cfg::kThreads), Cfg::kSmemBytes,
+                         a.stream, args, "cuda_sm80_tc forward");
 }
 
 template <class T, class Cfg>

@@ -15,6 +15,7 @@
 #include "backend/cuda/sm80/tile_config.h"
 #include "core/arith.h"
 #include "core/error.h"
+#include "core/host_profile.h"
 
 namespace fmha::cuda {
 namespace {
@@ -137,6 +138,7 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   const size_t need = fwd_partials_bytes(p, plan.grid);
   if (ctx.workspace_bytes < need)
     return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "cuda_sm80_tc needs %zu bytes of workspace", need);
+  FMHA_PROFILE_STAGE(kFwdDispatch);
 
   const FwdParams f = make_fwd_params(p, plan.grid, ctx.workspace);
 
@@ -146,11 +148,13 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   a.softcap = p.softcap != 0.f;
   a.device = dev.ordinal;
   a.stream = static_cast<cudaStream_t>(ctx.stream);
+  FMHA_PROFILE_STAGE(kFwdParams);
 
   fmha_status status = FMHA_ERROR_INTERNAL;
   dispatch_instance(p.dtype, p.head_dim, [&](auto type, auto head_dim) {
     status = sm80::launch_fwd<decltype(type), decltype(head_dim)::value>(f, a);
   });
+  FMHA_PROFILE_STAGE(kFwdLaunch);
   return status;  // instantiated() above already refused pairs without an instantiation
 }
 
