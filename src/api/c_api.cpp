@@ -351,6 +351,7 @@ void(fmha_merge_params_init)(fmha_merge_params* params) {
 fmha_status fmha_merge(fmha_handle handle, const fmha_merge_params* params) {
   return guard("fmha_merge", [&]() -> fmha_status {
     if (handle == nullptr) return fail(kInvalid, "handle is NULL");
+    fmha::PointerMemoScope memo;  // this call's allocation lookups
     fmha::MergeProblem p;
     fmha_status s = fmha::build_merge_problem(params, &p);
     if (s != FMHA_SUCCESS) return s;
