@@ -70,7 +70,14 @@ struct TileConfig {
   static_assert(!kQInRegs || kSeparateO, "an early Q release needs O staged outside Q's buffer");
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; one copy box of rows");
-  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "register file");
+  // setmaxnreg moves registers within what the CTA got at launch: 64K /
+  // kThreads per thread, rounded down to a multiple of 8. Asking for more
+  // than that pool holds makes the consumers' setmaxnreg.inc wait forever
+  // (seen on the H200 with a 32-register producer beside two 240-register
+  // consumers: 65536 > 168 x 384 = 64512).
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kLaunchRegs * kThreads,
+                "setmaxnreg cannot hand out more registers than the launch allocated");
 };
 
 // Per head dim (H200, 132 SMs, 227 KB shared memory per block); the
