@@ -38,11 +38,13 @@ const KernelEntry kKernels[] = {
     {"cuda_sm90_ws", "Hopper family: wgmma + TMA, warp-specialized producer and consumer warpgroups (sm_90a)",
      FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}}, kFeatureDense, 16, 5,
      cuda::sm90_supports, cuda::sm90_workspace_bytes, cuda::sm90_forward, cuda::sm90_declines},
-    {"cuda_sm80_tc", "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping",
-     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureDense, 16, 10,
+    {"cuda_sm80_tc",
+     "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping; ragged, seqused_k and "
+     "paged K/V (rows gathered one by one through the block table: every page_size takes the same path)",
+     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureAll, 16, 10,
      cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
-    {"cuda_generic", "general CUDA fallback: any head_dim <= 256, any strides, F32 too",
-     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureDense, 0, 50,
+    {"cuda_generic", "general CUDA fallback: any head_dim <= 256, any strides, F32 too, every serving layout",
+     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureAll, 0, 50,
      cuda::generic_supports, cuda::generic_workspace_bytes, cuda::generic_forward},
 #endif
     {"cpu_tiled",
@@ -138,6 +140,15 @@ const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& de
     return buf;
   }
   const uint32_t missing = required_features(p) & ~e.features;
+  constexpr uint32_t kServing = kFeatureRagged | kFeatureSeqUsedK | kFeaturePaged;
+  if (missing & kServing) {
+    // Every serving feature it lacks, so a paged problem names the paging.
+    std::string names;
+    for (uint32_t bit : {kFeatureRagged, kFeatureSeqUsedK, kFeaturePaged})
+      if (missing & bit) names += std::string(names.empty() ? "" : ", ") + feature_name(bit);
+    std::snprintf(buf, len, "does not run serving layouts (this problem has %s)", names.c_str());
+    return buf;
+  }
   if (missing) {
     std::snprintf(buf, len, "does not support %s", feature_name(missing & (~missing + 1)));
     return buf;

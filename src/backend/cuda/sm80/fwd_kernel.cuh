@@ -2,11 +2,14 @@
 // parts (the arch-neutral ones live in common/ and serve every family):
 //
 //   BlockWork      which work tile (common/tile_scheduler.h: key split,
-//                  unit = batch x head slot, row tile) a CTA owns and which
-//                  key tiles it visits (core/key_tiles.h: tiles outside the
-//                  rows' key range are never loaded)
+//                  unit = batch x head slot, row tile) a CTA owns, its
+//                  sequence (common/fwd_params.h: FwdSeq, the clamped
+//                  extent of a ragged, KV-cache or paged batch's sequence)
+//                  and which key tiles it visits (core/key_tiles.h: tiles
+//                  outside the rows' key range are never loaded)
 //   TileLoader     global -> swizzled shared memory with 16-byte cp.async,
-//                  zero-filling rows past the sequence end
+//                  zero-filling rows past the sequence end; paged K/V
+//                  gathered row by row through the block table
 //   WarpQK         S = Q K^T for the warp's rows: ldmatrix + mma.sync
 //   ScoreMask      softcap and the element-wise mask of boundary tiles
 //                  (common/score_mask.cuh)
@@ -44,28 +47,37 @@
 namespace fmha::cuda::sm80 {
 
 // ---------------------------------------------------------------------------
-// BlockWork: the CTA's work tile (blockIdx.x through the shared scheduler)
-// and the key tiles its rows visit (the shared key-tile partition).
+// BlockWork: the CTA's work tile (blockIdx.x through the shared scheduler),
+// its sequence and the key tiles its rows visit (the shared key-tile
+// partition). kServing: the problem has a serving layout (FwdParams::
+// layout); the dense instantiation never reads metadata. The grid is sized
+// by the host-known bounds (max_seqlen_q), so a tile may lie past its
+// sequence's rows: empty() then, and the CTA exits before its first barrier.
 // ---------------------------------------------------------------------------
-template <class Cfg>
+template <class Cfg, bool kServing>
 struct BlockWork : WorkTile {
+  FwdSeq seq;      // the unit's sequence: lengths, diagonal, offsets
   int m0;          // first row of the unit
-  int m_last;      // last valid row (< rows)
+  int m_last;      // last valid row (< seq.rows)
   int t_begin;     // key tiles [t_begin, t_end) of this CTA
   int t_end;
   int lo_max;      // a tile [n0, n0 + kBlockN) with n0 >= lo_max and
   int hi_min;      // n0 + kBlockN <= hi_min needs no element-wise mask
 
+  __device__ bool empty() const { return kServing && m0 >= seq.rows; }
+
   __device__ static BlockWork make(const FwdParams& p) {
     BlockWork w;
     static_cast<WorkTile&>(w) = schedule_tile(p, blockIdx.x);
+    w.seq = kServing ? fwd_seq(p, w.b) : fwd_seq_dense(p, w.b);
     w.m0 = w.m_block * Cfg::kBlockM;
-    w.m_last = min(w.m0 + Cfg::kBlockM, p.rows) - 1;
+    if (w.empty()) return w;
+    w.m_last = min(w.m0 + Cfg::kBlockM, w.seq.rows) - 1;
     // The query r / pack is non-decreasing in the row, so the rows
     // [m0, m_last] are the queries [m0 / pack, m_last / pack].
     // int positions: FwdParams positions fit int32 (kMaxFwdSeq).
-    const KeyTilesOf<int> kt = key_tiles<int>(w.m0 / p.pack, w.m_last / p.pack, p.seq_k, p.diag_offset, p.window_left,
-                                  p.window_right, Cfg::kBlockN, w.split, p.num_splits);
+    const KeyTilesOf<int> kt = key_tiles<int>(w.m0 / p.pack, w.m_last / p.pack, w.seq.len_k, w.seq.diag_offset,
+                                              p.window_left, p.window_right, Cfg::kBlockN, w.split, p.num_splits);
     w.t_begin = kt.t_begin;
     w.t_end = kt.t_end;
     w.lo_max = kt.full_lo;
@@ -360,7 +372,8 @@ template <class T, class Cfg>
 struct Epilogue {
   using Softmax = OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles>;
 
-  __device__ static void run(const FwdParams& p, const BlockWork<Cfg>& w,
+  template <bool kServing>
+  __device__ static void run(const FwdParams& p, const BlockWork<Cfg, kServing>& w,
                              float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm,
                              unsigned char* smem, int warp, int lane, int tid) {
     const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);  // the lane's first tile row
@@ -374,16 +387,16 @@ struct Epilogue {
 
     float lse[Cfg::kMSlices][2];
     finalize_rows(o, sm.m, sm.l, lse_scale, lse);
-    store_lse(p, w, lse, w.m0 + row_local0, lane);
+    store_lse(p, w, w.seq, lse, w.m0 + row_local0, lane);
 
     // Registers -> shared (the Q tile; every warp is past its last Q read).
     __syncthreads();
     stage_fragment<T, Cfg::kPitch>(smem, o, row_local0, lane);
     __syncthreads();
     // Shared -> global, 16 bytes per thread, rows past the unit's end skipped.
-    T* out = static_cast<T*>(p.o) + w.b * p.o_stride[0];
+    T* out = static_cast<T*>(p.o) + w.seq.o_offset;
     SmemTileStore<T, Cfg::kBlockM, Cfg::kHeadDim, Cfg::kPitch, Cfg::kThreads>::run(
-        smem, w.m0, p.rows,
+        smem, w.m0, w.seq.rows,
         [&](int r) {
           int64_t h = w.hs;
           int i = r;
@@ -400,7 +413,7 @@ struct Epilogue {
 // computed; cp.async groups are committed K, V, K, V, ... so "K of t ready"
 // is wait_group(1) and "V of t ready" is wait_group(2) after t+1's commits.
 // ---------------------------------------------------------------------------
-template <class T, class Cfg, bool kSoftcap>
+template <class T, class Cfg, bool kSoftcap, bool kServing>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     fwd_kernel(const __grid_constant__ FwdParams p) {
   static_assert(Cfg::kStages == 2, "the wait_group counts below assume two stages");
@@ -409,10 +422,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const int lane = tid & 31;
   const int warp = tid >> 5;
 
-  const BlockWork<Cfg> w = BlockWork<Cfg>::make(p);
-  const T* q = static_cast<const T*>(p.q) + w.b * p.q_stride[0];
-  const T* k = static_cast<const T*>(p.k) + w.b * p.k_stride[0] + w.hk * p.k_stride[1];
-  const T* v = static_cast<const T*>(p.v) + w.b * p.v_stride[0] + w.hk * p.v_stride[1];
+  const BlockWork<Cfg, kServing> w = BlockWork<Cfg, kServing>::make(p);
+  if (w.empty()) return;  // CTA-uniform, before any barrier
+  const T* q = static_cast<const T*>(p.q) + w.seq.q_offset;
+  const T* k = static_cast<const T*>(p.k) + w.seq.k_offset + w.hk * p.k_stride[1];
+  const T* v = static_cast<const T*>(p.v) + w.seq.v_offset + w.hk * p.v_stride[1];
 
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + Cfg::kSmemQ;                     // + stage * kSmemKV
@@ -420,9 +434,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   using QLoader = TileLoader<T, Cfg, Cfg::kBlockM>;
   using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
 
+  // K or V rows [n0, n0 + kBlockN) of the sequence into a stage; rows at or
+  // past Nk(b) are zero-filled. Paged K/V (serving instantiations only, a
+  // CTA-uniform branch): key j sits at paged_kv_row(p, b, j), the block
+  // table entry clamped by core/seq_layout.h, and the tile's rows are
+  // gathered one by one with the same 16-byte cp.async chunks as a
+  // contiguous tile, so every page_size runs the same loop.
+  const bool paged = kServing && p.layout.paged();
+  const int seq_k = w.seq.len_k;
+  auto load_k = [&](uint32_t dst, int n0) {
+    if (kServing && paged)
+      KVLoader::load_rows(dst, k, [&](int j) { return k + paged_kv_row(p, w.b, j).k; }, n0, seq_k, tid);
+    else
+      KVLoader::load(dst, k, p.k_stride[2], n0, seq_k, tid);
+  };
+  auto load_v = [&](uint32_t dst, int n0) {
+    if (kServing && paged)
+      KVLoader::load_rows(dst, v, [&](int j) { return v + paged_kv_row(p, w.b, j).v; }, n0, seq_k, tid);
+    else
+      KVLoader::load(dst, v, p.v_stride[2], n0, seq_k, tid);
+  };
+
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next.
   if (p.pack == 1) {
-    QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, p.rows, tid);
+    QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, w.seq.rows, tid);
   } else {
     QLoader::load_rows(
         sQ, q,
@@ -432,11 +467,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
           w.locate(p, r, &h, &i);
           return q + h * p.q_stride[1] + static_cast<int64_t>(i) * p.q_stride[2];
         },
-        w.m0, p.rows, tid);
+        w.m0, w.seq.rows, tid);
   }
-  if (w.t_begin < w.t_end) KVLoader::load(sK, k, p.k_stride[2], w.t_begin * Cfg::kBlockN, p.seq_k, tid);
+  if (w.t_begin < w.t_end) load_k(sK, w.t_begin * Cfg::kBlockN);
   cp_async_commit();
-  if (w.t_begin < w.t_end) KVLoader::load(sV, v, p.v_stride[2], w.t_begin * Cfg::kBlockN, p.seq_k, tid);
+  if (w.t_begin < w.t_end) load_v(sV, w.t_begin * Cfg::kBlockN);
   cp_async_commit();
 
   const LaneAddr<Cfg> addr(warp, lane);
@@ -457,9 +492,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     cp_async_wait<1>();  // K[t] landed (this thread's part) ...
     __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
     const int n_next = (t + 1) * Cfg::kBlockN;
-    if (t + 1 < w.t_end) KVLoader::load(sK + next, k, p.k_stride[2], n_next, p.seq_k, tid);
+    if (t + 1 < w.t_end) load_k(sK + next, n_next);
     cp_async_commit();
-    if (t + 1 < w.t_end) KVLoader::load(sV + next, v, p.v_stride[2], n_next, p.seq_k, tid);
+    if (t + 1 < w.t_end) load_v(sV + next, n_next);
     cp_async_commit();
 
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
@@ -474,7 +509,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
     const int n0 = t * Cfg::kBlockN;
     const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, row0, n0, lane);
+    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, seq_k, w.seq.diag_offset, row0, n0, lane);
     sm.update(s, o, p.score_log2);
 
     cp_async_wait<2>();  // V[t] landed (this thread's part)

@@ -11,9 +11,9 @@
 
 namespace fmha::cuda::sm80 {
 
-template <class T, class Cfg, bool kSoftcap>
+template <class T, class Cfg, bool kSoftcap, bool kServing>
 fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
-  const auto kernel = fwd_kernel<T, Cfg, kSoftcap>;
+  const auto kernel = fwd_kernel<T, Cfg, kSoftcap, kServing>;
   static SmemOptIn opt_in;  // one per instantiation, i.e. per kernel
   const fmha_status s =
       opt_in.ensure(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, a.device, "cuda_sm80_tc forward");
@@ -22,9 +22,12 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
   return check_launch("cuda_sm80_tc forward");
 }
 
+// Dense problems run the instantiation that reads no sequence metadata.
 template <class T, class Cfg>
 fmha_status launch_fwd_config(const FwdParams& p, const LaunchArgs& a) {
-  return a.softcap ? launch_fwd_kernel<T, Cfg, true>(p, a) : launch_fwd_kernel<T, Cfg, false>(p, a);
+  if (a.serving)
+    return a.softcap ? launch_fwd_kernel<T, Cfg, true, true>(p, a) : launch_fwd_kernel<T, Cfg, false, true>(p, a);
+  return a.softcap ? launch_fwd_kernel<T, Cfg, true, false>(p, a) : launch_fwd_kernel<T, Cfg, false, false>(p, a);
 }
 
 template <class T, int kHeadDim>
