@@ -49,4 +49,41 @@ struct ReferenceResult {
 // Throws std::invalid_argument when the shapes disagree.
 ReferenceResult reference_forward(const fmha_forward_params& params);
 
+// ---- serving layouts (fmha.h 0.2) --------------------------------------
+
+// The reference of a forward with the 0.2 serving fields: o and lse are
+// shaped like q ([q.dims[0], Hq, q.dims[2], D] and [q.dims[0], Hq,
+// q.dims[2]] contiguous: [1, Hq, total_q, ...] for packed queries), so a
+// row index means the same thing as in ReferenceResult.
+struct ServingReference : ReferenceResult {
+  // Per row: 1 when the row belongs to a sequence (the library writes it),
+  // 0 for rows of a packed q outside every sequence (left untouched).
+  std::vector<uint8_t> owned;
+  // Per sequence, as the header's prose defines them: Nq(b), Nk(b) and the
+  // first row of sequence b on the packed q axis (0 for dense queries).
+  int64_t num_seqs = 0;
+  std::vector<int64_t> len_q, len_k, q_begin;
+};
+
+// Computes O and lse for params with any mix of the serving fields
+// (cu_seqlens_q, cu_seqlens_k, seqused_k, block_table with
+// block_table_stride, num_seqs, max_seqlen_q/k), all read as host arrays,
+// from the header's definitions alone:
+//   B = num_seqs when cu_seqlens_q or cu_seqlens_k is set, else q.dims[0];
+//   Nq(b) = cu_seqlens_q[b+1] - cu_seqlens_q[b] (packed; rows start at
+//     cu_seqlens_q[b] of batch 0), else q.dims[2];
+//   the keys of sequence b: packed rows cu_seqlens_k[b] .. of batch 0, or
+//     batch b of a dense k, or, paged, key j = slot j % page_size of page
+//     block_table[b * block_table_stride + j / page_size] (k.dims[2] =
+//     page_size); Nk(b) = their count, capped by seqused_k[b] when given
+//     (paged: Nk(b) = seqused_k[b]);
+//   masks use each sequence's own Nq(b) and Nk(b) (key_visible).
+// Every page this reads is gathered here, not through the library. Without
+// serving fields it equals reference_forward. Throws std::invalid_argument
+// for metadata the header calls invalid (cu_seqlens not non-decreasing from
+// 0 or past the tensors, a length above max_seqlen_q/k, a page id out of
+// range, a sequence longer than its block-table row): the reference
+// computes only well-defined answers.
+ServingReference reference_forward_serving(const fmha_forward_params& params);
+
 }  // namespace fmha_test

@@ -1,0 +1,422 @@
+#include "common/serving_case.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+
+#include "common/numeric_types.h"
+
+namespace fmha_test {
+namespace {
+
+// Poisoned bytes before and after o and lse (as case_runner.cpp).
+constexpr size_t kGuardBytes = 256;
+
+const char* kv_label(KvLayout k) {
+  return k == KvLayout::kDense ? "dense" : k == KvLayout::kRagged ? "ragged" : "paged";
+}
+
+std::string list(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+int64_t max_of(const std::vector<int64_t>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+bool all_equal(const std::vector<int64_t>& v) {
+  return std::adjacent_find(v.begin(), v.end(), std::not_equal_to<>()) == v.end();
+}
+
+}  // namespace
+
+std::string ServingCase::name() const {
+  char buf[96];
+  std::string s = dtype_label(dtype);
+  s += " H" + std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " D" + std::to_string(head_dim);
+  s += " q" + std::string(q_layout == QLayout::kRagged ? "-ragged" : "-dense") + "[" + list(len_q) + "]";
+  s += " k-" + std::string(kv_label(kv_layout)) + "[" + list(len_k) + "]";
+  if (seqused_k || kv_layout == KvLayout::kPaged) s += " seqused+" + std::to_string(kv_spare);
+  if (kv_layout == KvLayout::kPaged) {
+    s += " ps" + std::to_string(page_size) + (storage == PageStorage::kHeadMajor ? " HND" : " NHD");
+    s += " spare" + std::to_string(spare_pages) + (shuffle_pages ? " shuffled" : "") + " slack" +
+         std::to_string(table_slack);
+  }
+  if (q_tail) s += " qtail" + std::to_string(q_tail);
+  if (k_tail) s += " ktail" + std::to_string(k_tail);
+  if (max_seqlen_q >= 0) s += " maxq=" + std::to_string(max_seqlen_q);
+  if (max_seqlen_k >= 0) s += " maxk=" + std::to_string(max_seqlen_k);
+  if (mask_flags == FMHA_MASK_CAUSAL) s += " causal-br";
+  if (mask_flags == FMHA_MASK_CAUSAL_TOP_LEFT) s += " causal-tl";
+  if (window_left >= 0) s += " wl=" + std::to_string(window_left);
+  if (window_right >= 0) s += " wr=" + std::to_string(window_right);
+  if (softcap != 0.f) {
+    std::snprintf(buf, sizeof buf, " softcap=%g", static_cast<double>(softcap));
+    s += buf;
+  }
+  if (scale != 0.f) {
+    std::snprintf(buf, sizeof buf, " scale=%g", static_cast<double>(scale));
+    s += buf;
+  }
+  if (with_lse) s += " lse";
+  return s;
+}
+
+const char* ServingCase::invalid_reason() const {
+  if (len_q.size() != len_k.size()) return "len_q and len_k need one entry per sequence";
+  if (heads_q < 1 || heads_kv < 1 || head_dim < 1 || heads_q % heads_kv != 0)
+    return "heads and head_dim must be >= 1, heads_kv dividing heads_q";
+  if (dtype_bytes(dtype) == 0) return "dtype is not an fmha_dtype";
+  for (size_t b = 0; b < len_q.size(); ++b)
+    if (len_q[b] < 0 || len_k[b] < 0) return "lengths must be >= 0";
+  if (q_layout == QLayout::kDense && !all_equal(len_q)) return "dense queries need equal len_q";
+  if (q_layout == QLayout::kDense && q_tail != 0) return "q_tail needs packed queries";
+  if (kv_layout == KvLayout::kDense && !seqused_k && !all_equal(len_k))
+    return "dense keys of different lengths need seqused_k";
+  if (kv_layout != KvLayout::kRagged && k_tail != 0) return "k_tail needs packed keys";
+  if (kv_layout == KvLayout::kPaged && page_size < 1) return "page_size must be >= 1";
+  if (kv_spare < 0 || q_tail < 0 || k_tail < 0 || spare_pages < 0 || table_slack < 0)
+    return "spares, tails and slack must be >= 0";
+  return nullptr;
+}
+
+PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : case_(c) {
+  if (const char* why = c.invalid_reason())
+    throw std::invalid_argument("invalid serving case " + c.name() + ": " + why);
+  base_seed_ = base;
+  seed_ = case_seed(c.name(), base);
+  Rng rng(seed_);
+  const fmha_dtype dt = c.dtype;
+  const int64_t B = c.num_seqs(), Hq = c.heads_q, Hk = c.heads_kv, D = c.head_dim;
+  const bool used = c.seqused_k || c.kv_layout == KvLayout::kPaged;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto normal = [&] {
+    for (;;) {  // never exactly zero
+      const float x = round_to_dtype(static_cast<float>(rng.normal()), dt);
+      if (x != 0.f) return x;
+    }
+  };
+  auto alloc = [&](std::vector<unsigned char>& buf, int64_t elements) {
+    buf.assign(static_cast<size_t>(std::max<int64_t>(elements, 1)) * dtype_bytes(dt), 0);
+    for (int64_t e = 0; e < std::max<int64_t>(elements, 1); ++e) store_element(buf.data(), dt, e, nan);
+  };
+
+  // q: dense [B, Hq, Nq, D] or packed [1, Hq, total + tail, D]; rows owned
+  // by no sequence hold NaN.
+  if (c.q_layout == QLayout::kRagged) {
+    cu_q_.assign(1, 0);
+    for (int64_t n : c.len_q) cu_q_.push_back(cu_q_.back() + static_cast<int32_t>(n));
+    const int64_t dims[4] = {1, Hq, cu_q_.back() + c.q_tail, D};
+    std::copy(dims, dims + 4, q_dims_);
+  } else {
+    const int64_t dims[4] = {B, Hq, B > 0 ? c.len_q[0] : 1, D};
+    std::copy(dims, dims + 4, q_dims_);
+  }
+  alloc(q_, q_dims_[0] * Hq * q_dims_[2] * D);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t qb = c.q_layout == QLayout::kRagged ? 0 : b;
+    const int64_t first = c.q_layout == QLayout::kRagged ? cu_q_[static_cast<size_t>(b)] : 0;
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < c.len_q[static_cast<size_t>(b)]; ++i)
+        for (int64_t d = 0; d < D; ++d)
+          store_element(q_.data(), dt, ((qb * Hq + h) * q_dims_[2] + first + i) * D + d, normal());
+  }
+
+  // k, v: where key j of sequence b lives, (batch or page, seq or slot).
+  std::vector<int64_t> held(static_cast<size_t>(B));  // keys each sequence holds
+  for (int64_t b = 0; b < B; ++b) held[static_cast<size_t>(b)] = c.len_k[static_cast<size_t>(b)] + (used ? c.kv_spare : 0);
+  std::vector<std::vector<int32_t>> pages(static_cast<size_t>(B));
+  switch (c.kv_layout) {
+    case KvLayout::kDense: {
+      const int64_t cap = used ? max_of(held) : (B > 0 ? c.len_k[0] : 1);
+      const int64_t dims[4] = {B, Hk, cap, D};
+      std::copy(dims, dims + 4, kv_dims_);
+      break;
+    }
+    case KvLayout::kRagged: {
+      cu_k_.assign(1, 0);
+      for (int64_t n : held) cu_k_.push_back(cu_k_.back() + static_cast<int32_t>(n));
+      const int64_t dims[4] = {1, Hk, cu_k_.back() + c.k_tail, D};
+      std::copy(dims, dims + 4, kv_dims_);
+      break;
+    }
+    case KvLayout::kPaged: {
+      int64_t total = c.spare_pages, most = 0;
+      for (int64_t n : held) {
+        const int64_t need = (n + c.page_size - 1) / c.page_size;
+        total += need;
+        most = std::max(most, need);
+      }
+      std::vector<int32_t> order(static_cast<size_t>(total));
+      std::iota(order.begin(), order.end(), 0);
+      if (c.shuffle_pages)
+        for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.below(i)]);
+      table_stride_ = std::max<int64_t>(most + c.table_slack, 1);
+      // Entries past a sequence's pages: values no kernel may use.
+      table_.assign(static_cast<size_t>(B * table_stride_), 0);
+      size_t next = 0;
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t need = (held[static_cast<size_t>(b)] + c.page_size - 1) / c.page_size;
+        for (int64_t e = 0; e < table_stride_; ++e)
+          table_[static_cast<size_t>(b * table_stride_ + e)] =
+              e < need ? order[next++] : (e % 2 ? std::numeric_limits<int32_t>::max() : -1);
+      }
+      const int64_t dims[4] = {total, Hk, c.page_size, D};
+      std::copy(dims, dims + 4, kv_dims_);
+      break;
+    }
+  }
+  const int64_t S = kv_dims_[2];
+  if (c.kv_layout == KvLayout::kPaged && c.storage == PageStorage::kTokenMajor) {
+    const int64_t st[4] = {S * Hk * D, D, Hk * D, 1};
+    std::copy(st, st + 4, kv_strides_);
+  } else {
+    const int64_t st[4] = {Hk * S * D, S * D, D, 1};
+    std::copy(st, st + 4, kv_strides_);
+  }
+  alloc(k_, kv_dims_[0] * Hk * S * D);
+  alloc(v_, kv_dims_[0] * Hk * S * D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < c.len_k[static_cast<size_t>(b)]; ++j) {
+      int64_t kb = b, kj = j;
+      if (c.kv_layout == KvLayout::kRagged) {
+        kb = 0;
+        kj = cu_k_[static_cast<size_t>(b)] + j;
+      } else if (c.kv_layout == KvLayout::kPaged) {
+        kb = table_[static_cast<size_t>(b * table_stride_ + j / c.page_size)];
+        kj = j % c.page_size;
+      }
+      for (int64_t h = 0; h < Hk; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const int64_t at = kb * kv_strides_[0] + h * kv_strides_[1] + kj * kv_strides_[2] + d;
+          store_element(k_.data(), dt, at, normal());
+          store_element(v_.data(), dt, at, normal());
+        }
+    }
+  if (used)
+    for (int64_t n : c.len_k) seqused_.push_back(static_cast<int32_t>(n));
+
+  max_q_ = c.max_seqlen_q >= 0 ? c.max_seqlen_q
+           : c.q_layout == QLayout::kRagged ? static_cast<int32_t>(max_of(c.len_q))
+                                             : 0;
+  max_k_ = c.max_seqlen_k >= 0 ? c.max_seqlen_k
+           : c.kv_layout == KvLayout::kRagged ? static_cast<int32_t>(max_of(held))
+                                               : 0;
+
+  fmha_forward_params& p = host_params_;
+  fmha_forward_params_init(&p);
+  auto view = [&](fmha_tensor* t, void* data, const int64_t* dims, const int64_t* strides) {
+    t->data = data;
+    t->dtype = dt;
+    std::copy(dims, dims + 4, t->dims);
+    std::copy(strides, strides + 4, t->strides);
+  };
+  const int64_t q_strides[4] = {Hq * q_dims_[2] * D, q_dims_[2] * D, D, 1};
+  view(&p.q, q_.data(), q_dims_, q_strides);
+  view(&p.k, k_.data(), kv_dims_, kv_strides_);
+  view(&p.v, v_.data(), kv_dims_, kv_strides_);
+  p.mask_flags = c.mask_flags;
+  p.window_left = c.window_left;
+  p.window_right = c.window_right;
+  p.scale = c.scale;
+  p.softcap = c.softcap;
+  const bool ragged = c.q_layout == QLayout::kRagged || c.kv_layout == KvLayout::kRagged;
+  p.num_seqs = ragged ? static_cast<int32_t>(B) : 0;
+  p.max_seqlen_q = max_q_;
+  p.max_seqlen_k = max_k_;
+  p.cu_seqlens_q = cu_q_.empty() ? nullptr : cu_q_.data();
+  p.cu_seqlens_k = cu_k_.empty() ? nullptr : cu_k_.data();
+  // A seqused_k of a batch of 0 still needs a pointer: point at a dummy.
+  static const int32_t kNone = 0;
+  p.seqused_k = used ? (seqused_.empty() ? &kNone : seqused_.data()) : nullptr;
+  p.block_table = c.kv_layout == KvLayout::kPaged ? (table_.empty() ? &kNone : table_.data()) : nullptr;
+  p.block_table_stride = c.kv_layout == KvLayout::kPaged ? table_stride_ : 0;
+  ref_ = reference_forward_serving(p);
+}
+
+CaseResult PreparedServingCase::run(fmha_handle handle, DeviceMemory& memory, const RunOptions& options,
+                                    void (*edit)(fmha_forward_params*)) const {
+  const ServingCase& c = case_;
+  const fmha_dtype dt = c.dtype;
+  const size_t esize = dtype_bytes(dt);
+  CaseResult r;
+  r.case_name = c.name();
+  r.base_seed = base_seed_;
+  r.seed = seed_;
+  r.kernel = options.kernel ? options.kernel : "(automatic)";
+  r.tolerance = tolerance_for(dt);
+  r.max_abs_logit = ref_.max_abs_logit;
+  r.batch = q_dims_[0];
+  r.heads_q = q_dims_[1];
+  r.seq_q = q_dims_[2];
+  r.head_dim = q_dims_[3];
+
+  // Inputs and metadata on the device (at least 4 bytes each, so an array
+  // of a batch of 0 still has a pointer).
+  struct Input {
+    const void* host;
+    size_t bytes;
+    std::unique_ptr<DeviceBuffer> dev;
+  };
+  Input in[7] = {{q_.data(), q_.size(), nullptr},
+                 {k_.data(), k_.size(), nullptr},
+                 {v_.data(), v_.size(), nullptr},
+                 {cu_q_.data(), cu_q_.size() * 4, nullptr},
+                 {cu_k_.data(), cu_k_.size() * 4, nullptr},
+                 {seqused_.data(), seqused_.size() * 4, nullptr},
+                 {table_.data(), table_.size() * 4, nullptr}};
+  for (Input& x : in) {
+    x.dev = std::make_unique<DeviceBuffer>(memory, std::max<size_t>(x.bytes, 4));
+    if (!x.dev->ok() || (x.bytes > 0 && !memory.to_device(x.dev->get(), x.host, x.bytes))) {
+      r.harness_error = "could not allocate or fill an input buffer";
+      return r;
+    }
+  }
+
+  const int64_t rows = ref_.rows();
+  const int64_t D = c.head_dim;
+  const size_t o_bytes = static_cast<size_t>(rows * D) * esize;
+  std::vector<unsigned char> o_host(o_bytes + 2 * kGuardBytes);
+  fill_poison(o_host.data(), dt, o_host.size() / esize);
+  DeviceBuffer o_dev(memory, o_host.size());
+  std::vector<unsigned char> lse_host(c.with_lse ? static_cast<size_t>(rows) * 4 + 2 * kGuardBytes : 0);
+  fill_poison(lse_host.data(), FMHA_DTYPE_F32, lse_host.size() / 4);
+  DeviceBuffer lse_dev(memory, lse_host.size());
+  if (!o_dev.ok() || !lse_dev.ok() || !memory.to_device(o_dev.get(), o_host.data(), o_host.size()) ||
+      (c.with_lse && !memory.to_device(lse_dev.get(), lse_host.data(), lse_host.size()))) {
+    r.harness_error = "could not allocate or poison o/lse";
+    return r;
+  }
+
+  fmha_forward_params p = host_params_;
+  p.q.data = in[0].dev->get();
+  p.k.data = in[1].dev->get();
+  p.v.data = in[2].dev->get();
+  if (p.cu_seqlens_q) p.cu_seqlens_q = static_cast<const int32_t*>(in[3].dev->get());
+  if (p.cu_seqlens_k) p.cu_seqlens_k = static_cast<const int32_t*>(in[4].dev->get());
+  if (p.seqused_k) p.seqused_k = static_cast<const int32_t*>(in[5].dev->get());
+  if (p.block_table) p.block_table = static_cast<const int32_t*>(in[6].dev->get());
+  p.o = p.q;
+  p.o.data = static_cast<unsigned char*>(o_dev.get()) + kGuardBytes;
+  const int64_t o_strides[4] = {q_dims_[1] * q_dims_[2] * D, q_dims_[2] * D, D, 1};
+  std::copy(o_strides, o_strides + 4, p.o.strides);
+  p.lse = c.with_lse ? reinterpret_cast<float*>(static_cast<unsigned char*>(lse_dev.get()) + kGuardBytes) : nullptr;
+  p.kernel = options.kernel;
+  p.num_splits = options.num_splits;
+  if (edit != nullptr) edit(&p);
+
+  r.status = fmha_forward_workspace_size(handle, &p, &r.workspace_bytes);
+  if (r.status != FMHA_SUCCESS) {
+    r.message = fmha_last_error_message();
+    return r;
+  }
+  const size_t ws_bytes = r.workspace_bytes + options.extra_workspace_bytes;
+  DeviceBuffer ws(memory, ws_bytes);
+  if (ws_bytes > 0) {
+    std::vector<unsigned char> ws_host(ws_bytes);
+    fill_poison(ws_host.data(), FMHA_DTYPE_F32, ws_bytes / 4);
+    if (!ws.ok() || !memory.to_device(ws.get(), ws_host.data(), ws_bytes)) {
+      r.harness_error = "could not allocate or poison the workspace";
+      return r;
+    }
+  }
+  r.status = fmha_forward(handle, &p, ws.get(), ws_bytes);
+  r.message = fmha_last_error_message();
+  if (!memory.synchronize()) r.harness_error = "synchronize() failed after fmha_forward";
+  if (r.status != FMHA_SUCCESS || !r.harness_error.empty()) return r;
+
+  std::vector<unsigned char> o_back(o_host.size()), lse_back(lse_host.size());
+  if (!memory.to_host(o_back.data(), o_dev.get(), o_back.size()) ||
+      (c.with_lse && !memory.to_host(lse_back.data(), lse_dev.get(), lse_back.size()))) {
+    r.harness_error = "could not copy o/lse back";
+    return r;
+  }
+  auto count_changed = [](const std::vector<unsigned char>& before, const std::vector<unsigned char>& after,
+                          size_t from, size_t to, size_t elem) {
+    int64_t n = 0;
+    for (size_t e = from; e < to; e += elem) n += std::memcmp(&before[e], &after[e], elem) != 0;
+    return n;
+  };
+  r.outside_writes += count_changed(o_host, o_back, 0, kGuardBytes, esize);
+  r.outside_writes += count_changed(o_host, o_back, kGuardBytes + o_bytes, o_back.size(), esize);
+  if (c.with_lse) {
+    r.outside_writes += count_changed(lse_host, lse_back, 0, kGuardBytes, 4);
+    r.outside_writes += count_changed(lse_host, lse_back, lse_back.size() - kGuardBytes, lse_back.size(), 4);
+  }
+
+  // o: owned rows against the reference; rows of no sequence must keep
+  // their poison (and then compare as 0 = 0).
+  const unsigned char* o_view = o_back.data() + kGuardBytes;
+  std::vector<double> actual(static_cast<size_t>(rows * D));
+  std::vector<uint8_t> unwritten(actual.size());
+  for (int64_t row = 0; row < rows; ++row) {
+    const bool owned = ref_.owned[static_cast<size_t>(row)] != 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t e = row * D + d;
+      const bool poison = is_poison(o_view, dt, e);
+      if (!owned) {
+        r.outside_writes += !poison;
+        continue;  // actual = expected = 0
+      }
+      unwritten[static_cast<size_t>(e)] = poison;
+      actual[static_cast<size_t>(e)] = load_element(o_view, dt, e);
+    }
+  }
+  r.o = compare_values(actual.data(), unwritten.data(), ref_.o.data(), rows * D);
+  if (r.o.worst >= 0) {
+    r.o_worst_actual = actual[static_cast<size_t>(r.o.worst)];
+    r.o_worst_expected = ref_.o[static_cast<size_t>(r.o.worst)];
+  }
+  for (int64_t row = 0; row < rows; ++row) {
+    if (!ref_.owned[static_cast<size_t>(row)] || ref_.visible_keys[static_cast<size_t>(row)] != 0) continue;
+    ++r.masked_rows;
+    for (int64_t d = 0; d < D; ++d) {
+      const size_t e = static_cast<size_t>(row * D + d);
+      if (unwritten[e] || actual[e] != 0.0) {
+        ++r.masked_rows_not_zero;
+        break;
+      }
+    }
+  }
+
+  if (c.with_lse) {
+    r.lse_checked = true;
+    std::vector<float> lse(static_cast<size_t>(rows));
+    std::vector<uint8_t> lse_unwritten(lse.size());
+    std::memcpy(lse.data(), lse_back.data() + kGuardBytes, lse.size() * 4);
+    for (size_t e = 0; e < lse.size(); ++e) {
+      const bool poison = is_poison(lse_back.data() + kGuardBytes, FMHA_DTYPE_F32, static_cast<int64_t>(e));
+      if (!ref_.owned[e]) {
+        r.outside_writes += !poison;
+        lse[e] = -std::numeric_limits<float>::infinity();  // as the reference's
+        continue;
+      }
+      lse_unwritten[e] = poison;
+    }
+    r.lse = compare_lse(lse.data(), lse_unwritten.data(), ref_.lse.data(), rows);
+    if (r.lse.worst >= 0) {
+      r.lse_worst_actual = lse[static_cast<size_t>(r.lse.worst)];
+      r.lse_worst_expected = ref_.lse[static_cast<size_t>(r.lse.worst)];
+    }
+    if (options.keep_outputs) r.lse_values = std::move(lse);
+  }
+
+  // Inputs and metadata must come back bit for bit.
+  for (const Input& x : in) {
+    std::vector<unsigned char> back(x.bytes);
+    if (x.bytes > 0 && !memory.to_host(back.data(), x.dev->get(), x.bytes)) {
+      r.harness_error = "could not copy an input back";
+      return r;
+    }
+    if (x.bytes > 0 && std::memcmp(back.data(), x.host, x.bytes) != 0) r.inputs_unchanged = false;
+  }
+  if (options.keep_outputs) r.o_bytes.assign(o_view, o_view + o_bytes);
+  return r;
+}
+
+}  // namespace fmha_test

@@ -1,0 +1,130 @@
+// One forward in a serving layout (fmha.h 0.2: packed queries, packed keys,
+// seqused_k, paged K/V), built on the host, run on any device through a
+// DeviceMemory and checked against reference_forward_serving, the way
+// case_runner.h checks a dense case:
+//
+//   fmha_test::ServingCase c;
+//   c.len_q = {3, 0, 17};  c.len_k = {40, 5, 0};
+//   c.q_layout = fmha_test::QLayout::kRagged;
+//   c.kv_layout = fmha_test::KvLayout::kPaged;  c.page_size = 16;
+//   fmha_test::PreparedServingCase pc(c);
+//   fmha_test::CaseResult r = pc.run(handle, memory, opt);
+//   CHECK_MESSAGE(r.ok(), r.report());
+//
+// What one run checks, beyond the dense runner's checks (poisoned o, lse
+// and workspace; poisoned guards around o and lse; inputs and metadata
+// unchanged): every row that belongs to a sequence is written and matches
+// the reference, and every row of a packed q outside all sequences keeps its
+// poison (counted as writes outside o/lse). Unused page slots, unused pages
+// and the keys past each sequence's seqused_k hold NaN: a kernel that lets
+// one of them reach a row it does not belong to poisons that row.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/case_runner.h"
+#include "common/device_memory.h"
+#include "common/random.h"
+#include "common/reference.h"
+#include "fmha/fmha.h"
+
+namespace fmha_test {
+
+enum class QLayout {
+  kDense,   // q, o: [B, Hq, Nq, D] (every len_q equal)
+  kRagged,  // q, o: [1, Hq, total_q, D] with cu_seqlens_q
+};
+
+enum class KvLayout {
+  kDense,   // k, v: [B, Hk, capacity, D]; seqused_k when lengths differ
+  kRagged,  // k, v: [1, Hk, total_k, D] with cu_seqlens_k
+  kPaged,   // k, v: [num_pages, Hk, page_size, D] with block_table + seqused_k
+};
+
+// How the pages of a paged k/v are stored (both are [pages, Hk, page_size,
+// D] views, only the strides differ).
+enum class PageStorage {
+  kHeadMajor,   // [pages, Hk, page_size, D] (FlashInfer's HND)
+  kTokenMajor,  // [pages, page_size, Hk, D] (vLLM's, FlashAttention's)
+};
+
+struct ServingCase {
+  fmha_dtype dtype = FMHA_DTYPE_F32;
+  int64_t heads_q = 2;
+  int64_t heads_kv = 1;
+  int64_t head_dim = 64;
+  // Per sequence: its query rows Nq(b) and the keys it sees Nk(b).
+  std::vector<int64_t> len_q;
+  std::vector<int64_t> len_k;
+  QLayout q_layout = QLayout::kRagged;
+  KvLayout kv_layout = KvLayout::kDense;
+  // Give seqused_k (always with kPaged; with kDense whenever lengths
+  // differ). Each sequence then holds kv_spare keys beyond the ones it sees
+  // (NaN-filled: they must not be read into its rows).
+  bool seqused_k = false;
+  int64_t kv_spare = 3;
+  // Packed q: rows after the last sequence (owned by none, must stay
+  // untouched). Packed k: keys after the last sequence.
+  int64_t q_tail = 0;
+  int64_t k_tail = 0;
+  // Paged: keys per page, storage, pages nobody uses, a shuffled page
+  // order, and block-table entries per sequence beyond the most any needs.
+  int64_t page_size = 16;
+  PageStorage storage = PageStorage::kHeadMajor;
+  int64_t spare_pages = 2;
+  bool shuffle_pages = true;
+  int64_t table_slack = 1;
+  // max_seqlen_q / max_seqlen_k: -1 = the largest length (paged: 0, i.e.
+  // block_table_stride * page_size); else this value.
+  int32_t max_seqlen_q = -1;
+  int32_t max_seqlen_k = -1;
+  uint32_t mask_flags = FMHA_MASK_NONE;
+  int32_t window_left = -1;
+  int32_t window_right = -1;
+  float softcap = 0.f;
+  float scale = 0.f;
+  bool with_lse = true;
+
+  int64_t num_seqs() const { return static_cast<int64_t>(len_q.size()); }
+  // A unique, readable description; it seeds the data.
+  std::string name() const;
+  // Null when the case describes a valid problem, else why not.
+  const char* invalid_reason() const;
+};
+
+// A case with its host tensors, metadata and reference built once.
+class PreparedServingCase {
+ public:
+  // Throws std::invalid_argument when c.invalid_reason() is set.
+  explicit PreparedServingCase(const ServingCase& c, uint64_t base = base_seed());
+
+  const ServingCase& spec() const { return case_; }
+  const ServingReference& reference() const { return ref_; }
+  // The params over host memory (o and lse null), as the reference saw them.
+  const fmha_forward_params& host_params() const { return host_params_; }
+
+  // One run on `handle`, whose device must be where `memory` allocates.
+  // `edit`, when given, changes the params after they are filled and before
+  // the run (e.g. a V1 struct_size); metadata pointers are device pointers
+  // there.
+  CaseResult run(fmha_handle handle, DeviceMemory& memory, const RunOptions& options = {},
+                 void (*edit)(fmha_forward_params*) = nullptr) const;
+
+ private:
+  ServingCase case_;
+  uint64_t base_seed_ = 0;
+  uint64_t seed_ = 0;
+  int64_t q_dims_[4] = {0, 0, 0, 0};
+  int64_t kv_dims_[4] = {0, 0, 0, 0};
+  int64_t kv_strides_[4] = {0, 0, 0, 0};
+  std::vector<unsigned char> q_, k_, v_;  // host tensors, contiguous (k, v: kv_strides_)
+  std::vector<int32_t> cu_q_, cu_k_, seqused_, table_;
+  int64_t table_stride_ = 0;
+  int32_t max_q_ = 0, max_k_ = 0;
+  fmha_forward_params host_params_{};
+  ServingReference ref_;
+};
+
+}  // namespace fmha_test
