@@ -74,7 +74,18 @@ __device__ __forceinline__ void store_lse(const FwdParams& p, const WorkTile& w,
 template <int kMSlices>
 __device__ __forceinline__ void store_lse(const FwdParams& p, const WorkTile& w, const float (&lse)[kMSlices][2],
                                           int lane_row, int lane) {
-  store_lse<kMSlices>(p, w, fwd_seq_dense(p, w.b), lse, lane_row, lane);
+  if (p.lse == nullptr || (lane & 3) != 0) return;
+#pragma unroll
+  for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = lane_row + ms * 16 + 8 * hh;
+      if (r >= p.rows) continue;
+      int64_t h;
+      int i;
+      w.locate(p, r, &h, &i);
+      p.lse[(w.b * p.heads_q + h) * p.seq_q + i] = lse[ms][hh];
+    }
 }
 
 // This split's running state of the lane's rows, straight from registers,

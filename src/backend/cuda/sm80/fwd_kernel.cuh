@@ -65,18 +65,27 @@ struct BlockWork : WorkTile {
   int hi_min;      // n0 + kBlockN <= hi_min needs no element-wise mask
 
   __device__ bool empty() const { return kServing && m0 >= seq.rows; }
+  // The sequence's facts; the dense instantiation reads the params (as it
+  // always did), so it keeps its registers.
+  __device__ int rows(const FwdParams& p) const { return kServing ? seq.rows : p.rows; }
+  __device__ int len_k(const FwdParams& p) const { return kServing ? seq.len_k : p.seq_k; }
+  __device__ int64_t diag_offset(const FwdParams& p) const { return kServing ? seq.diag_offset : p.diag_offset; }
+  __device__ int64_t q_offset(const FwdParams& p) const { return kServing ? seq.q_offset : b * p.q_stride[0]; }
+  __device__ int64_t o_offset(const FwdParams& p) const { return kServing ? seq.o_offset : b * p.o_stride[0]; }
+  __device__ int64_t k_offset(const FwdParams& p) const { return kServing ? seq.k_offset : b * p.k_stride[0]; }
+  __device__ int64_t v_offset(const FwdParams& p) const { return kServing ? seq.v_offset : b * p.v_stride[0]; }
 
   __device__ static BlockWork make(const FwdParams& p) {
     BlockWork w;
     static_cast<WorkTile&>(w) = schedule_tile(p, blockIdx.x);
-    w.seq = kServing ? fwd_seq(p, w.b) : fwd_seq_dense(p, w.b);
+    if constexpr (kServing) w.seq = fwd_seq(p, w.b);
     w.m0 = w.m_block * Cfg::kBlockM;
     if (w.empty()) return w;
-    w.m_last = min(w.m0 + Cfg::kBlockM, w.seq.rows) - 1;
+    w.m_last = min(w.m0 + Cfg::kBlockM, w.rows(p)) - 1;
     // The query r / pack is non-decreasing in the row, so the rows
     // [m0, m_last] are the queries [m0 / pack, m_last / pack].
     // int positions: FwdParams positions fit int32 (kMaxFwdSeq).
-    const KeyTilesOf<int> kt = key_tiles<int>(w.m0 / p.pack, w.m_last / p.pack, w.seq.len_k, w.seq.diag_offset,
+    const KeyTilesOf<int> kt = key_tiles<int>(w.m0 / p.pack, w.m_last / p.pack, w.len_k(p), w.diag_offset(p),
                                               p.window_left, p.window_right, Cfg::kBlockN, w.split, p.num_splits);
     w.t_begin = kt.t_begin;
     w.t_end = kt.t_end;
@@ -163,6 +172,59 @@ struct TileLoader {
       if (!at(tid, pass, &r, &c)) break;
       const bool in = row0 + r < n;
       cp_async_16(smem_tile + swizzle<Cfg::kPitch>(r, c), in ? row_ptr(row0 + r) + c * 8 : valid, in);
+    }
+  }
+
+  // The run mask of a paged operand for this loader: page_size rows of a
+  // page are contiguous (row stride `stride`), so when the rows that share
+  // a page form aligned runs of a power-of-two length g, a multiple of
+  // kRowsPerPass (every row a thread copies in one pass lies in the run of
+  // that pass's first row), one block-table read per run places all of
+  // them: g = kRows when page_size is a multiple of kRows (the tile lies in
+  // one page), else g = page_size (kRows is a multiple of it). Returns g - 1,
+  // or -1 when page_size allows no such runs (every row then reads the
+  // table).
+  __device__ static int page_run_mask(int64_t page_size) {
+    if constexpr (!kRowStepped) {
+      return -1;
+    } else {
+      const int64_t g = page_size % kRows == 0 ? kRows : page_size;
+      return g <= kRows && (g & (g - 1)) == 0 && g % kRowsPerPass == 0 ? static_cast<int>(g) - 1 : -1;
+    }
+  }
+
+  // Rows [row0, row0 + kRows) of a paged operand whose row j starts at
+  // base + row_offset(j) (the clamped block-table lookup); rows at or past
+  // n are zero-filled, and their table entries are never read (n <= the
+  // sequence's keys, which its table row covers). run_mask: page_run_mask().
+  template <class RowOffset>
+  __device__ static void load_paged(uint32_t smem_tile, const T* base, int64_t stride, RowOffset row_offset,
+                                    int run_mask, int row0, int n, int tid) {
+    if constexpr (kRowStepped) {
+      if (run_mask >= 0) {
+        const int c = tid % kChunks;
+        const int r = tid / kChunks;
+        const T* run_base = base;
+#pragma unroll
+        for (int pass = 0; pass < kPasses; ++pass) {
+          const int first = pass * kRowsPerPass;  // compile-time; this pass's rows are first + [0, kRowsPerPass)
+          const int in_run = first & run_mask;
+          if (in_run == 0) run_base = row0 + first < n ? base + row_offset(row0 + first) : base;
+          const bool in = row0 + first + r < n;
+          const T* g = run_base + static_cast<int64_t>(in_run + r) * stride + c * 8;
+          cp_async_16(smem_tile + swizzle<Cfg::kPitch>(first + r, c), in ? g : base, in);
+        }
+        return;
+      }
+    }
+    // Any page size: one table read per row, a few rows in flight (a full
+    // unroll would hold every row's address in registers at once).
+#pragma unroll 4
+    for (int pass = 0; pass < kPasses; ++pass) {
+      int r, c;
+      if (!at(tid, pass, &r, &c)) break;
+      const bool in = row0 + r < n;
+      cp_async_16(smem_tile + swizzle<Cfg::kPitch>(r, c), in ? base + row_offset(row0 + r) + c * 8 : base, in);
     }
   }
 };
@@ -387,16 +449,19 @@ struct Epilogue {
 
     float lse[Cfg::kMSlices][2];
     finalize_rows(o, sm.m, sm.l, lse_scale, lse);
-    store_lse(p, w, w.seq, lse, w.m0 + row_local0, lane);
+    if constexpr (kServing)
+      store_lse(p, w, w.seq, lse, w.m0 + row_local0, lane);
+    else
+      store_lse(p, w, lse, w.m0 + row_local0, lane);
 
     // Registers -> shared (the Q tile; every warp is past its last Q read).
     __syncthreads();
     stage_fragment<T, Cfg::kPitch>(smem, o, row_local0, lane);
     __syncthreads();
     // Shared -> global, 16 bytes per thread, rows past the unit's end skipped.
-    T* out = static_cast<T*>(p.o) + w.seq.o_offset;
+    T* out = static_cast<T*>(p.o) + w.o_offset(p);
     SmemTileStore<T, Cfg::kBlockM, Cfg::kHeadDim, Cfg::kPitch, Cfg::kThreads>::run(
-        smem, w.m0, w.seq.rows,
+        smem, w.m0, w.rows(p),
         [&](int r) {
           int64_t h = w.hs;
           int i = r;
@@ -424,9 +489,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 
   const BlockWork<Cfg, kServing> w = BlockWork<Cfg, kServing>::make(p);
   if (w.empty()) return;  // CTA-uniform, before any barrier
-  const T* q = static_cast<const T*>(p.q) + w.seq.q_offset;
-  const T* k = static_cast<const T*>(p.k) + w.seq.k_offset + w.hk * p.k_stride[1];
-  const T* v = static_cast<const T*>(p.v) + w.seq.v_offset + w.hk * p.v_stride[1];
+  const T* q = static_cast<const T*>(p.q) + w.q_offset(p);
+  const T* k = static_cast<const T*>(p.k) + w.k_offset(p) + w.hk * p.k_stride[1];
+  const T* v = static_cast<const T*>(p.v) + w.v_offset(p) + w.hk * p.v_stride[1];
 
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + Cfg::kSmemQ;                     // + stage * kSmemKV
@@ -437,27 +502,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // K or V rows [n0, n0 + kBlockN) of the sequence into a stage; rows at or
   // past Nk(b) are zero-filled. Paged K/V (serving instantiations only, a
   // CTA-uniform branch): key j sits at paged_kv_row(p, b, j), the block
-  // table entry clamped by core/seq_layout.h, and the tile's rows are
-  // gathered one by one with the same 16-byte cp.async chunks as a
-  // contiguous tile, so every page_size runs the same loop.
+  // table entry clamped by core/seq_layout.h, with the same 16-byte cp.async
+  // chunks as a contiguous tile; page sizes that give aligned power-of-two
+  // runs of rows (TileLoader::page_run_mask) read the table once per run,
+  // others once per row.
   const bool paged = kServing && p.layout.paged();
-  const int seq_k = w.seq.len_k;
+  const int seq_k = w.len_k(p);
+  const int run_mask = paged ? KVLoader::page_run_mask(p.layout.page_size) : -1;
   auto load_k = [&](uint32_t dst, int n0) {
     if (kServing && paged)
-      KVLoader::load_rows(dst, k, [&](int j) { return k + paged_kv_row(p, w.b, j).k; }, n0, seq_k, tid);
+      KVLoader::load_paged(
+          dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, run_mask, n0, seq_k, tid);
     else
       KVLoader::load(dst, k, p.k_stride[2], n0, seq_k, tid);
   };
   auto load_v = [&](uint32_t dst, int n0) {
     if (kServing && paged)
-      KVLoader::load_rows(dst, v, [&](int j) { return v + paged_kv_row(p, w.b, j).v; }, n0, seq_k, tid);
+      KVLoader::load_paged(
+          dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, run_mask, n0, seq_k, tid);
     else
       KVLoader::load(dst, v, p.v_stride[2], n0, seq_k, tid);
   };
 
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next.
   if (p.pack == 1) {
-    QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, w.seq.rows, tid);
+    QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, w.rows(p), tid);
   } else {
     QLoader::load_rows(
         sQ, q,
@@ -467,7 +536,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
           w.locate(p, r, &h, &i);
           return q + h * p.q_stride[1] + static_cast<int64_t>(i) * p.q_stride[2];
         },
-        w.m0, w.seq.rows, tid);
+        w.m0, w.rows(p), tid);
   }
   if (w.t_begin < w.t_end) load_k(sK, w.t_begin * Cfg::kBlockN);
   cp_async_commit();
@@ -509,7 +578,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
     const int n0 = t * Cfg::kBlockN;
     const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, seq_k, w.seq.diag_offset, row0, n0, lane);
+    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, seq_k, w.diag_offset(p), row0, n0, lane);
     sm.update(s, o, p.score_log2);
 
     cp_async_wait<2>();  // V[t] landed (this thread's part)
