@@ -506,22 +506,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // chunks as a contiguous tile; page sizes that give aligned power-of-two
   // runs of rows (TileLoader::page_run_mask) read the table once per run,
   // others once per row.
+  // (Lengths are read at each use, not held in a register: the dense
+  // instantiation then reads them from the constant bank as it always did.)
   const bool paged = kServing && p.layout.paged();
-  const int seq_k = w.len_k(p);
   const int run_mask = paged ? KVLoader::page_run_mask(p.layout.page_size) : -1;
   auto load_k = [&](uint32_t dst, int n0) {
     if (kServing && paged)
       KVLoader::load_paged(
-          dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, run_mask, n0, seq_k, tid);
+          dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, run_mask, n0, w.len_k(p), tid);
     else
-      KVLoader::load(dst, k, p.k_stride[2], n0, seq_k, tid);
+      KVLoader::load(dst, k, p.k_stride[2], n0, w.len_k(p), tid);
   };
   auto load_v = [&](uint32_t dst, int n0) {
     if (kServing && paged)
       KVLoader::load_paged(
-          dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, run_mask, n0, seq_k, tid);
+          dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, run_mask, n0, w.len_k(p), tid);
     else
-      KVLoader::load(dst, v, p.v_stride[2], n0, seq_k, tid);
+      KVLoader::load(dst, v, p.v_stride[2], n0, w.len_k(p), tid);
   };
 
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next.
@@ -578,7 +579,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
     const int n0 = t * Cfg::kBlockN;
     const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, seq_k, w.diag_offset(p), row0, n0, lane);
+    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
     sm.update(s, o, p.score_log2);
 
     cp_async_wait<2>();  // V[t] landed (this thread's part)
