@@ -105,8 +105,8 @@ typedef enum fmha_device_kind {
  * stride should be 1 for the fast kernels. data must be aligned to the
  * element size (2 bytes for F16/BF16, 4 for F32). heads and head_dim are in
  * [1, FMHA_MAX_DIM]; batch and seq are in [0, FMHA_MAX_DIM] (empty work is
- * not an error: nothing is read, and rows that see no key get O = 0 and
- * lse = -inf). The largest element offset, sum((dims-1)*strides), plus one,
+ * not an error: nothing is read, rows that see no key get O = 0 and
+ * lse = -inf, and a tensor with no element may have data NULL). The largest element offset, sum((dims-1)*strides), plus one,
  * times the element size, must fit int64 and not wrap the address space. */
 /* The largest dims[] entry accepted (2^62). Within it every index, mask
  * bound and tile position the kernels compute fits int64 with room to spare;
@@ -204,7 +204,8 @@ typedef struct fmha_forward_params {
    * sequences packed along the seq axis (q.dims[0] = o.dims[0] = 1,
    * q.dims[2] = total rows); sequence b owns rows cu_seqlens_q[b] ..
    * cu_seqlens_q[b+1]-1, Nq(b) = their count. lse is then [1, Hq, total
-   * rows]. NULL = dense queries, B = q.dims[0]. */
+   * rows]. Rows no sequence owns are not written. NULL = dense queries,
+   * B = q.dims[0]. */
   const int32_t* cu_seqlens_q;
   /* [num_seqs + 1]: packed keys likewise (k.dims[0] = v.dims[0] = 1,
    * k.dims[2] = total keys). NULL = dense or paged keys. Not with a

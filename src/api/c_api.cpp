@@ -47,11 +47,22 @@ fmha_status prepare(fmha_handle h, const fmha_forward_params* params, fmha::Prob
   fmha_status s = fmha::build_problem(params, p);
   if (s != FMHA_SUCCESS) return s;
   if ((s = fmha::check_memory_location(*p, h->device, pointer_query(h->device))) != FMHA_SUCCESS) return s;
+  if (p->no_rows()) {
+    // Empty work (batch or seq 0): SUCCESS, nothing read or written, no
+    // workspace, and no kernel is asked (their plans divide by the rows).
+    // A forced name must still be one.
+    *kernel = nullptr;
+    if (p->forced_kernel != nullptr && fmha::find_kernel(p->forced_kernel) == nullptr)
+      return fail(kInvalid, "kernel=\"%s\" is not a registered kernel", p->forced_kernel);
+    if (explain) *explain += "empty problem (no query rows): nothing to compute, no kernel runs\n";
+    return FMHA_SUCCESS;
+  }
   return fmha::select_kernel(*p, h->device, kernel, explain);
 }
 
-size_t workspace_for(const fmha::KernelEntry& k, const fmha::Problem& p, const fmha::DeviceInfo& d) {
-  return k.workspace_bytes ? k.workspace_bytes(p, d) : 0;
+// Workspace bytes of `k` for p; 0 for empty work (no kernel).
+size_t workspace_for(const fmha::KernelEntry* k, const fmha::Problem& p, const fmha::DeviceInfo& d) {
+  return k != nullptr && k->workspace_bytes ? k->workspace_bytes(p, d) : 0;
 }
 
 }  // namespace
@@ -183,7 +194,7 @@ fmha_status fmha_forward_workspace_size(fmha_handle handle, const fmha_forward_p
     const fmha::KernelEntry* kernel = nullptr;
     const fmha_status s = prepare(handle, params, &p, &kernel, nullptr);
     if (s != FMHA_SUCCESS) return s;
-    *bytes = workspace_for(*kernel, p, handle->device);
+    *bytes = workspace_for(kernel, p, handle->device);
     return FMHA_SUCCESS;
   });
 }
@@ -195,7 +206,8 @@ fmha_status fmha_forward(fmha_handle handle, const fmha_forward_params* params, 
     const fmha::KernelEntry* kernel = nullptr;
     fmha_status s = prepare(handle, params, &p, &kernel, nullptr);
     if (s != FMHA_SUCCESS) return s;
-    const size_t need = workspace_for(*kernel, p, handle->device);
+    if (kernel == nullptr) return FMHA_SUCCESS;  // empty work: nothing to read or write
+    const size_t need = workspace_for(kernel, p, handle->device);
     if (workspace_bytes < need)
       return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "workspace_bytes=%zu but kernel %s needs %zu",
                   workspace_bytes, kernel->name, need);
@@ -240,7 +252,7 @@ fmha_status fmha_forward_explain(fmha_handle handle, const fmha_forward_params* 
     const fmha_status s = prepare(handle, params, &p, &kernel, &text);
     if (s == FMHA_SUCCESS || s == FMHA_ERROR_UNSUPPORTED) {
       if (s == FMHA_SUCCESS)
-        text += "workspace: " + std::to_string(workspace_for(*kernel, p, handle->device)) + " bytes\n";
+        text += "workspace: " + std::to_string(workspace_for(kernel, p, handle->device)) + " bytes\n";
       std::snprintf(buf, len, "%s", text.c_str());
     }
     return s;

@@ -85,6 +85,27 @@ struct Problem {
   const char* forced_kernel = nullptr;
 
   int64_t group_size() const { return heads_q / heads_kv; }
+  // The dims of the q (and o) and the k (and v) tensors as the caller
+  // described them: [batch, heads, seq, head_dim] for a dense batch,
+  // [1, heads, total rows, head_dim] when packed, [num_pages, heads_kv,
+  // page_size, head_dim] when paged.
+  void q_dims(int64_t d[4]) const {
+    d[0] = layout.ragged_q() ? 1 : batch;
+    d[1] = heads_q;
+    d[2] = layout.ragged_q() ? layout.total_q : seq_q;
+    d[3] = head_dim;
+  }
+  void kv_dims(int64_t d[4]) const {
+    d[0] = layout.ragged_k() ? 1 : layout.paged() ? layout.num_pages : batch;
+    d[1] = heads_kv;
+    d[2] = layout.ragged_k() ? layout.total_k : layout.paged() ? layout.page_size : seq_k;
+    d[3] = head_dim;
+  }
+  // Rows of lse: [batch, heads_q, seq_q], or [heads_q, total_q] when packed.
+  int64_t lse_rows() const { return heads_q * (layout.ragged_q() ? layout.total_q : batch * seq_q); }
+  // Empty work: no query row belongs to a sequence, so nothing is read or
+  // written (fmha_forward returns before any kernel).
+  bool no_rows() const { return batch == 0 || seq_q == 0; }
   bool has_mask() const { return window_left >= 0 || window_right >= 0; }
   bool has_window() const { return window_left >= 0 || (window_right >= 0 && !causal); }
 };

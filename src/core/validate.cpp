@@ -22,9 +22,13 @@ static_assert(offsetof(fmha_forward_params, num_seqs) == FMHA_FORWARD_PARAMS_SIZ
               "FMHA_FORWARD_PARAMS_SIZE_V1 is 0.1's size: fields only grow at the end");
 static_assert(sizeof(fmha_forward_params) == FMHA_FORWARD_PARAMS_SIZE_V2, "FMHA_FORWARD_PARAMS_SIZE_V2 is the 0.2 size");
 
-// Pointer, dtype, dims, strides and the extent of one tensor.
+// A tensor with no element (batch or seq 0): nothing is read or written
+// through it, so it overlaps nothing and its data may be NULL.
+bool is_empty(const fmha_tensor& t) { return t.dims[0] == 0 || t.dims[2] == 0; }
+
+// Pointer, dtype, dims, strides and the extent of one tensor. batch and seq
+// may be 0 (empty work); heads and head_dim may not.
 fmha_status check_tensor(const char* name, const fmha_tensor& t) {
-  if (t.data == nullptr) return fail(kInvalid, "%s.data is NULL", name);
   // The caller may have stored any int in the enum field: read it as one.
   const int32_t dtype = enum_bits(t.dtype);
   const int64_t esize = dtype_size_bits(dtype);
@@ -32,9 +36,10 @@ fmha_status check_tensor(const char* name, const fmha_tensor& t) {
     return fail(kInvalid, "%s.dtype=%d is not an fmha_dtype (F16=1, BF16=2, F32=3)", name, dtype);
   static const char* const kDimNames[4] = {"batch", "heads", "seq", "head_dim"};
   for (int d = 0; d < 4; ++d) {
-    if (t.dims[d] <= 0)
-      return fail(kInvalid, "%s.dims[%d]=%" PRId64 " (%s) must be positive", name, d, t.dims[d],
-                  kDimNames[d]);
+    const bool may_be_empty = d == 0 || d == 2;
+    if (t.dims[d] < 0 || (t.dims[d] == 0 && !may_be_empty))
+      return fail(kInvalid, "%s.dims[%d]=%" PRId64 " (%s) must be %s", name, d, t.dims[d], kDimNames[d],
+                  may_be_empty ? "non-negative" : "positive");
     if (t.dims[d] > FMHA_MAX_DIM)
       return fail(kInvalid, "%s.dims[%d]=%" PRId64 " (%s) exceeds FMHA_MAX_DIM=2^62", name, d,
                   t.dims[d], kDimNames[d]);
@@ -42,6 +47,8 @@ fmha_status check_tensor(const char* name, const fmha_tensor& t) {
       return fail(kInvalid, "%s.strides[%d]=%" PRId64 " must be non-negative", name, d,
                   t.strides[d]);
   }
+  if (is_empty(t)) return FMHA_SUCCESS;  // no element: no pointer, alignment or extent to check
+  if (t.data == nullptr) return fail(kInvalid, "%s.data is NULL", name);
   const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
   if (base % static_cast<uintptr_t>(esize) != 0)
     return fail(kInvalid, "%s.data=%p is not %d-byte aligned (%s elements)", name, t.data,
@@ -66,8 +73,16 @@ fmha_status check_tensor(const char* name, const fmha_tensor& t) {
   return FMHA_SUCCESS;
 }
 
+// The bytes of a tensor; an empty tensor is a view of no dimension.
 StridedBytes tensor_view(const fmha_tensor& t) {
+  if (is_empty(t)) return StridedBytes{};
   return tensor_bytes(t.data, t.dims, t.strides, dtype_size(t.dtype));
+}
+
+// The same for an Operand of the given dims.
+StridedBytes operand_view(const Operand& op, const int64_t dims[4], fmha_dtype dtype) {
+  if (dims[0] == 0 || dims[2] == 0) return StridedBytes{};
+  return tensor_bytes(op.data, dims, op.stride, dtype_size(dtype));
 }
 
 // A write target (o, lse, the workspace) must not share a byte with another
@@ -75,6 +90,7 @@ StridedBytes tensor_view(const fmha_tensor& t) {
 // it to decide within its budget is refused as a possible overlap.
 fmha_status check_disjoint(const char* out_name, const StridedBytes& out, const char* in_name,
                            const StridedBytes& in) {
+  if (out.dims == 0 || in.dims == 0) return FMHA_SUCCESS;  // an empty view
   switch (views_overlap(out, in)) {
     case Overlap::kDisjoint:
       return FMHA_SUCCESS;
@@ -90,6 +106,7 @@ fmha_status check_disjoint(const char* out_name, const StridedBytes& out, const 
 
 // o must not alias itself: no two of its elements may share a byte.
 fmha_status check_no_self_overlap(const char* name, const fmha_tensor& t) {
+  if (is_empty(t)) return FMHA_SUCCESS;
   switch (view_overlaps_itself(tensor_view(t))) {
     case Overlap::kDisjoint:
       return FMHA_SUCCESS;
@@ -110,6 +127,112 @@ fmha_status check_finite_nonneg(const char* name, float value) {
   return FMHA_SUCCESS;
 }
 
+// The 0.2 serving fields (all 0 in a 0.1-sized struct): which apply, their
+// host-known values, and the tensor dims they imply. Fills the layout (less
+// top_left) and the Problem's batch and bounds: batch = the sequence count,
+// seq_q / seq_k = the bounds every sequence's Nq(b) / Nk(b) stays within.
+fmha_status check_layout(const fmha_forward_params& prm, SeqLayout* L, int64_t* batch, int64_t* seq_q,
+                         int64_t* seq_k) {
+  const fmha_tensor& q = prm.q;
+  const fmha_tensor& k = prm.k;
+  const bool ragged_q = prm.cu_seqlens_q != nullptr;
+  const bool ragged_k = prm.cu_seqlens_k != nullptr;
+  const bool paged = prm.block_table != nullptr;
+  if (prm.reserved2_ != 0) return fail(kInvalid, "reserved2_=%d must be 0", prm.reserved2_);
+  if (ragged_k && paged)
+    return fail(kInvalid, "cu_seqlens_k=%p and block_table=%p are exclusive (paged keys are not packed)",
+                static_cast<const void*>(prm.cu_seqlens_k), static_cast<const void*>(prm.block_table));
+  if (paged && prm.seqused_k == nullptr)
+    return fail(kInvalid, "block_table=%p needs seqused_k (each sequence's key count)",
+                static_cast<const void*>(prm.block_table));
+
+  // The batch: num_seqs with packed queries or keys, else q.dims[0].
+  int64_t B = q.dims[0];
+  if (ragged_q || ragged_k) {
+    if (prm.num_seqs < 0) return fail(kInvalid, "num_seqs=%d must be >= 0", prm.num_seqs);
+    B = prm.num_seqs;
+  } else if (prm.num_seqs != 0) {
+    return fail(kInvalid, "num_seqs=%d must be 0 without cu_seqlens_q or cu_seqlens_k", prm.num_seqs);
+  }
+
+  // Queries.
+  int64_t nq = q.dims[2];
+  if (ragged_q) {
+    if (q.dims[0] != 1)
+      return fail(kInvalid, "q.dims[0]=%" PRId64 " must be 1 with cu_seqlens_q (packed queries)", q.dims[0]);
+    if (prm.max_seqlen_q < 0 || prm.max_seqlen_q > q.dims[2])
+      return fail(kInvalid, "max_seqlen_q=%d must be in [0, q.dims[2]=%" PRId64 "] with cu_seqlens_q",
+                  prm.max_seqlen_q, q.dims[2]);
+    nq = prm.max_seqlen_q;
+  } else {
+    if (prm.max_seqlen_q != 0)
+      return fail(kInvalid, "max_seqlen_q=%d must be 0 without cu_seqlens_q", prm.max_seqlen_q);
+    if (q.dims[0] != B)
+      return fail(kInvalid, "q.dims[0]=%" PRId64 " (batch) differs from num_seqs=%d (dense queries with cu_seqlens_k)",
+                  q.dims[0], prm.num_seqs);
+  }
+
+  // Keys: packed, paged or dense (with or without seqused_k).
+  int64_t nk = k.dims[2];
+  if (ragged_k) {
+    if (k.dims[0] != 1)
+      return fail(kInvalid, "k.dims[0]=%" PRId64 " must be 1 with cu_seqlens_k (packed keys)", k.dims[0]);
+    if (prm.max_seqlen_k < 0 || prm.max_seqlen_k > k.dims[2])
+      return fail(kInvalid, "max_seqlen_k=%d must be in [0, k.dims[2]=%" PRId64 "] with cu_seqlens_k",
+                  prm.max_seqlen_k, k.dims[2]);
+    nk = prm.max_seqlen_k;
+  } else if (paged) {
+    if (k.dims[0] < 1)
+      return fail(kInvalid, "k.dims[0]=%" PRId64 " (num_pages) must be >= 1 with a block_table", k.dims[0]);
+    if (k.dims[2] < 1)
+      return fail(kInvalid, "k.dims[2]=%" PRId64 " (page_size) must be >= 1 with a block_table", k.dims[2]);
+    if (prm.block_table_stride < 1)
+      return fail(kInvalid, "block_table_stride=%" PRId64 " must be >= 1 with a block_table",
+                  prm.block_table_stride);
+    // The most keys a sequence can hold, and the table's entry count: both
+    // index arithmetic of the kernels, so both must fit.
+    int64_t capacity, entries;
+    if (__builtin_mul_overflow(prm.block_table_stride, k.dims[2], &capacity) || capacity > FMHA_MAX_DIM)
+      return fail(kInvalid, "block_table_stride=%" PRId64 " x page_size k.dims[2]=%" PRId64
+                  " exceeds FMHA_MAX_DIM=2^62 keys", prm.block_table_stride, k.dims[2]);
+    if (__builtin_mul_overflow(B, prm.block_table_stride, &entries))
+      return fail(kInvalid, "block_table: %" PRId64 " sequences x block_table_stride=%" PRId64 " overflows int64",
+                  B, prm.block_table_stride);
+    if (prm.max_seqlen_k < 0 || prm.max_seqlen_k > capacity)
+      return fail(kInvalid, "max_seqlen_k=%d must be in [0, block_table_stride x page_size = %" PRId64
+                  "] with a block_table", prm.max_seqlen_k, capacity);
+    nk = prm.max_seqlen_k != 0 ? prm.max_seqlen_k : capacity;
+  } else {
+    if (prm.max_seqlen_k != 0)
+      return fail(kInvalid, "max_seqlen_k=%d must be 0 with dense keys (no cu_seqlens_k, no block_table)",
+                  prm.max_seqlen_k);
+    if (k.dims[0] != B) {
+      if (ragged_q)
+        return fail(kInvalid, "k.dims[0]=%" PRId64 " (batch) differs from num_seqs=%d (dense keys with cu_seqlens_q)",
+                    k.dims[0], prm.num_seqs);
+      return fail(kInvalid, "k.dims[0]=%" PRId64 " (batch) differs from q.dims[0]=%" PRId64, k.dims[0], q.dims[0]);
+    }
+  }
+  if (!paged && prm.block_table_stride != 0)
+    return fail(kInvalid, "block_table_stride=%" PRId64 " must be 0 without a block_table", prm.block_table_stride);
+
+  L->cu_seqlens_q = prm.cu_seqlens_q;
+  L->cu_seqlens_k = prm.cu_seqlens_k;
+  L->seqused_k = prm.seqused_k;
+  L->block_table = prm.block_table;
+  L->block_table_stride = paged ? prm.block_table_stride : 0;
+  L->total_q = q.dims[2];
+  L->total_k = k.dims[2];
+  L->max_seq_q = nq;
+  L->max_seq_k = nk;
+  L->page_size = paged ? k.dims[2] : 0;
+  L->num_pages = paged ? k.dims[0] : 0;
+  *batch = B;
+  *seq_q = nq;
+  *seq_k = nk;
+  return FMHA_SUCCESS;
+}
+
 }  // namespace
 
 fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
@@ -118,9 +241,9 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
   if (std::find(std::begin(kShippedParamSizes), std::end(kShippedParamSizes), size) ==
       std::end(kShippedParamSizes))
     return fail(kInvalid,
-                "params->struct_size=%u is not a size fmha has shipped (this build: %u); "
+                "params->struct_size=%u is not a size fmha has shipped (0.1: %u, 0.2: %u); "
                 "call fmha_forward_params_init()",
-                size, FMHA_FORWARD_PARAMS_SIZE_V2);
+                size, FMHA_FORWARD_PARAMS_SIZE_V1, FMHA_FORWARD_PARAMS_SIZE_V2);
   // Read only what the caller's size covers; newer fields keep defaults.
   fmha_forward_params prm;
   fmha_forward_params_init(&prm);
@@ -144,9 +267,6 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
       return fail(kInvalid, "%s.dtype=%s differs from q.dtype=%s", x.name, dtype_name(x.t->dtype),
                   dtype_name(q.dtype));
 
-  if (k.dims[0] != q.dims[0])
-    return fail(kInvalid, "k.dims[0]=%" PRId64 " (batch) differs from q.dims[0]=%" PRId64, k.dims[0],
-                q.dims[0]);
   if (k.dims[3] != q.dims[3])
     return fail(kInvalid, "k.dims[3]=%" PRId64 " (head_dim) differs from q.dims[3]=%" PRId64,
                 k.dims[3], q.dims[3]);
@@ -191,6 +311,9 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
                 resolved_scale / static_cast<double>(prm.softcap));
   if (prm.num_splits < 0) return fail(kInvalid, "num_splits=%d must be >= 0", prm.num_splits);
   if (prm.reserved_ != 0) return fail(kInvalid, "reserved_=%d must be 0", prm.reserved_);
+  SeqLayout layout;
+  int64_t batch = 0, seq_q = 0, seq_k = 0;
+  if ((s = check_layout(prm, &layout, &batch, &seq_q, &seq_k))) return s;
 
   if ((s = check_no_self_overlap("o", o))) return s;
   const StridedBytes vq = tensor_view(q), vk = tensor_view(k), vv = tensor_view(v), vo = tensor_view(o);
@@ -202,16 +325,17 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
     if (first % alignof(float) != 0)
       return fail(kInvalid, "lse=%p is not 4-byte aligned", static_cast<void*>(prm.lse));
     // rows <= the element count of o, which fits int64 (o does not overlap
-    // itself and its extent fits); the byte count may still not.
+    // itself and its extent fits); the byte count may still not. Packed
+    // queries: [Hq, total_q], the same product with q.dims[0] = 1.
     const int64_t rows = q.dims[0] * q.dims[1] * q.dims[2];
     int64_t bytes;
     if (__builtin_mul_overflow(rows, static_cast<int64_t>(sizeof(float)), &bytes))
       return fail(kInvalid, "lse: %" PRId64 " rows of 4 bytes overflow int64", rows);
     uintptr_t end;
-    if (__builtin_add_overflow(first, static_cast<uintptr_t>(bytes) - 1, &end))
+    if (rows > 0 && __builtin_add_overflow(first, static_cast<uintptr_t>(bytes) - 1, &end))
       return fail(kInvalid, "lse=%p: %" PRId64 " bytes wrap the address space", static_cast<void*>(prm.lse),
                   bytes);
-    const StridedBytes vl = contiguous_bytes(prm.lse, static_cast<uint64_t>(bytes));
+    const StridedBytes vl = rows == 0 ? StridedBytes{} : contiguous_bytes(prm.lse, static_cast<uint64_t>(bytes));
     if ((s = check_disjoint("lse", vl, "q", vq)) || (s = check_disjoint("lse", vl, "k", vk)) ||
         (s = check_disjoint("lse", vl, "v", vv)) || (s = check_disjoint("lse", vl, "o", vo)))
       return s;
@@ -219,11 +343,11 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
 
   Problem p;
   p.dtype = q.dtype;
-  p.batch = q.dims[0];
+  p.batch = batch;
   p.heads_q = q.dims[1];
   p.heads_kv = k.dims[1];
-  p.seq_q = q.dims[2];
-  p.seq_k = k.dims[2];
+  p.seq_q = seq_q;
+  p.seq_k = seq_k;
   p.head_dim = q.dims[3];
   const struct {
     Operand* dst;
@@ -242,6 +366,8 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
   p.window_right = causal ? 0 : prm.window_right;
   p.num_splits = prm.num_splits;
   p.forced_kernel = prm.kernel;
+  layout.top_left = (prm.mask_flags & FMHA_MASK_CAUSAL_TOP_LEFT) != 0;
+  p.layout = layout;
   *out = p;
   return FMHA_SUCCESS;
 }
@@ -253,9 +379,9 @@ fmha_status check_workspace(const Problem& p, const void* workspace, size_t byte
   if (bytes > static_cast<size_t>(INT64_MAX) || __builtin_add_overflow(first, bytes - 1, &end))
     return fail(kInvalid, "workspace=%p: %zu bytes wrap the address space", workspace, bytes);
   const StridedBytes ws = contiguous_bytes(workspace, bytes);
-  const int64_t q_dims[4] = {p.batch, p.heads_q, p.seq_q, p.head_dim};
-  const int64_t kv_dims[4] = {p.batch, p.heads_kv, p.seq_k, p.head_dim};
-  const int elem = dtype_size(p.dtype);
+  int64_t q_dims[4], kv_dims[4];
+  p.q_dims(q_dims);
+  p.kv_dims(kv_dims);
   const struct {
     const char* name;
     const Operand* op;
@@ -263,11 +389,10 @@ fmha_status check_workspace(const Problem& p, const void* workspace, size_t byte
   } all[] = {{"q", &p.q, q_dims}, {"k", &p.k, kv_dims}, {"v", &p.v, kv_dims}, {"o", &p.o, q_dims}};
   fmha_status s;
   for (const auto& x : all)
-    if ((s = check_disjoint("workspace", ws, x.name, tensor_bytes(x.op->data, x.dims, x.op->stride, elem))))
-      return s;
-  if (p.lse != nullptr &&
-      (s = check_disjoint("workspace", ws, "lse",
-                          contiguous_bytes(p.lse, static_cast<uint64_t>(p.batch * p.heads_q * p.seq_q) * 4))))
+    if ((s = check_disjoint("workspace", ws, x.name, operand_view(*x.op, x.dims, p.dtype)))) return s;
+  const int64_t lse_rows = p.lse_rows();
+  if (p.lse != nullptr && lse_rows > 0 &&
+      (s = check_disjoint("workspace", ws, "lse", contiguous_bytes(p.lse, static_cast<uint64_t>(lse_rows) * 4))))
     return s;
   return FMHA_SUCCESS;
 }
@@ -277,8 +402,15 @@ fmha_status check_memory_location(const Problem& p, const DeviceInfo& dev, Point
   const struct {
     const char* name;
     const void* ptr;
-  } all[] = {{"q.data", p.q.data}, {"k.data", p.k.data}, {"v.data", p.v.data},
-             {"o.data", p.o.data}, {"lse", p.lse}};
+  } all[] = {{"q.data", p.q.data},
+             {"k.data", p.k.data},
+             {"v.data", p.v.data},
+             {"o.data", p.o.data},
+             {"lse", p.lse},
+             {"cu_seqlens_q", p.layout.cu_seqlens_q},
+             {"cu_seqlens_k", p.layout.cu_seqlens_k},
+             {"seqused_k", p.layout.seqused_k},
+             {"block_table", p.layout.block_table}};
   for (const auto& x : all) {
     if (x.ptr == nullptr) continue;
     int owner = -1;

@@ -13,8 +13,12 @@ namespace fmha {
 // Checks everything that does not depend on the device: struct_size,
 // pointers, dtypes, dims, strides (extent overflow, o aliasing itself),
 // shapes, GQA divisibility, mask bits and windows, scale, softcap, element
-// alignment, dims up to FMHA_MAX_DIM, and overlap (exact, core/overlap.h) of
-// o and lse with the inputs and of o with itself.
+// alignment, dims up to FMHA_MAX_DIM, the host-known serving fields
+// (num_seqs, max_seqlen_q/k, block_table_stride, which fields go together
+// and the shapes they imply), and overlap (exact, core/overlap.h) of o and
+// lse (ragged: [Hq, total_q]) with the inputs and of o with itself. Batch
+// and seq may be 0 (empty work: Problem::no_rows()); an empty tensor may
+// have data NULL. A 0.1-sized struct reads as the dense layout.
 fmha_status build_problem(const fmha_forward_params* params, Problem* out);
 
 // Checks that the `bytes` of workspace a kernel will use share no byte with
@@ -26,7 +30,8 @@ fmha_status check_workspace(const Problem& p, const void* workspace, size_t byte
 // there to ask; validation itself calls no runtime.
 using PointerKindQuery = PointerKind (*)(const void* ptr, int* device);
 
-// Checks that the tensors live where the handle's device can use them
+// Checks that the tensors and the metadata arrays (cu_seqlens_q/k,
+// seqused_k, block_table) live where the handle's device can use them
 // (a host pointer on a CUDA handle, a device pointer on a CPU handle), as
 // `pointer_kind` reports it; a null query skips the check.
 fmha_status check_memory_location(const Problem& p, const DeviceInfo& dev, PointerKindQuery pointer_kind);

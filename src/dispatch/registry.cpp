@@ -51,7 +51,7 @@ const KernelEntry kKernels[] = {
     {"cpu_tiled",
      "exact CPU online-softmax, K/V tiles streamed, threads over (batch, head, q tile) or, decode, "
      "(batch, kv head, key split)",
-     FMHA_DEVICE_CPU, 0, 0, kAllDtypes, HeadDims{512, 1, {}}, kFeatureDense, 0, 100, nullptr,
+     FMHA_DEVICE_CPU, 0, 0, kAllDtypes, HeadDims{512, 1, {}}, kFeatureAll, 0, 100, nullptr,
      cpu::workspace_bytes, cpu::forward},
 };
 

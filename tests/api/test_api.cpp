@@ -177,10 +177,13 @@ TEST_CASE("null and malformed arguments") {
     f.expect_failure(FMHA_ERROR_INVALID_ARGUMENT, "o.dtype=F16 differs from q.dtype=F32");
   }
   SUBCASE("non-positive dims") {
-    f.p.q.dims[2] = 0;
-    f.expect_failure(FMHA_ERROR_INVALID_ARGUMENT, "q.dims[2]=0");
+    // batch and seq may be 0 (empty work, test_serving_api.cpp); heads and
+    // head_dim may not, and nothing may be negative.
+    f.p.q.dims[1] = 0;
+    f.expect_failure(FMHA_ERROR_INVALID_ARGUMENT, "q.dims[1]=0 (heads) must be positive");
+    f.p.q.dims[1] = Fixture::Hq;
     f.p.q.dims[2] = -5;
-    f.expect_failure(FMHA_ERROR_INVALID_ARGUMENT, "q.dims[2]=-5");
+    f.expect_failure(FMHA_ERROR_INVALID_ARGUMENT, "q.dims[2]=-5 (seq) must be non-negative");
   }
   SUBCASE("negative stride") {
     f.p.k.strides[2] = -16;

@@ -73,8 +73,8 @@ std::string AttentionCase::name() const {
 }
 
 const char* AttentionCase::invalid_reason() const {
-  if (batch < 1 || heads_q < 1 || heads_kv < 1 || seq_q < 1 || seq_k < 1 || head_dim < 1)
-    return "every dim must be >= 1";
+  if (batch < 0 || heads_q < 1 || heads_kv < 1 || seq_q < 0 || seq_k < 0 || head_dim < 1)
+    return "heads and head_dim must be >= 1, batch and seq >= 0";
   if (heads_q % heads_kv != 0) return "heads_kv must divide heads_q";
   if (dtype_bytes(dtype) == 0) return "dtype is not an fmha_dtype";
   if ((mask_flags & ~(kCausalBR | kCausalTL)) != 0 || mask_flags == (kCausalBR | kCausalTL))
@@ -213,6 +213,18 @@ std::vector<AttentionCase> cases_fully_masked_rows() {
   return out;
 }
 
+std::vector<AttentionCase> cases_empty() {
+  std::vector<AttentionCase> out;
+  // No keys at all (Nk = 0: every row gets O = 0, lse = -inf; the kernels
+  // run with no key tile), and no rows (B = 0, Nq = 0: nothing is written).
+  out.push_back(make(FMHA_DTYPE_F32, 2, 4, 2, 65, 0, 64));
+  out.push_back(make(FMHA_DTYPE_F16, 1, 8, 2, 1, 0, 128, kCausalBR));
+  out.push_back(make(FMHA_DTYPE_BF16, 1, 2, 2, 130, 0, 64, kCausalTL));
+  out.push_back(make(FMHA_DTYPE_F32, 0, 2, 2, 5, 5, 64));
+  out.push_back(make(FMHA_DTYPE_F16, 2, 2, 1, 0, 17, 64));
+  return out;
+}
+
 std::vector<AttentionCase> cases_large_logits() {
   std::vector<AttentionCase> out;
   for (fmha_dtype t : kAllDtypes)
@@ -264,6 +276,7 @@ std::vector<CaseGroup> case_matrix() {
       {"GQA and MQA", cases_gqa()},
       {"layouts", cases_layouts()},
       {"fully masked rows", cases_fully_masked_rows()},
+      {"empty work", cases_empty()},
       {"large logits", cases_large_logits()},
       {"softcap and scale", cases_softcap_scale()},
   };

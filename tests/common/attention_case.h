@@ -85,6 +85,9 @@ std::vector<AttentionCase> cases_layouts();
 // Rows that see no key: bottom-right causal with Nq > Nk, windows that miss
 // every key of the first or the last rows.
 std::vector<AttentionCase> cases_fully_masked_rows();
+// Empty work: Nk = 0 (every row sees no key) and no rows at all (B = 0,
+// Nq = 0).
+std::vector<AttentionCase> cases_empty();
 // Data::kLargeLogits, every dtype, with and without causal.
 std::vector<AttentionCase> cases_large_logits();
 // softcap (mild and saturating) and explicit scales.

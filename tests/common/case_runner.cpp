@@ -210,7 +210,7 @@ CaseResult PreparedCase::run(fmha_handle handle, DeviceMemory& memory, const Run
   std::vector<void*> in_ptrs;
   for (const auto& host : inputs_) {
     in.push_back(std::make_unique<DeviceBuffer>(memory, host.size()));
-    if (!in.back()->ok() || !memory.to_device(in.back()->get(), host.data(), host.size())) {
+    if (!in.back()->ok() || (!host.empty() && !memory.to_device(in.back()->get(), host.data(), host.size()))) {
       r.harness_error = format("could not allocate or fill an input buffer of %zu bytes", host.size());
       return r;
     }
@@ -344,7 +344,7 @@ CaseResult PreparedCase::run(fmha_handle handle, DeviceMemory& memory, const Run
   // The inputs must come back bit for bit.
   for (size_t b = 0; b < inputs_.size(); ++b) {
     std::vector<unsigned char> back(inputs_[b].size());
-    if (!memory.to_host(back.data(), in_ptrs[b], back.size())) {
+    if (!back.empty() && !memory.to_host(back.data(), in_ptrs[b], back.size())) {
       r.harness_error = "could not copy an input back";
       return r;
     }

@@ -85,6 +85,134 @@ const char* ServingCase::invalid_reason() const {
   return nullptr;
 }
 
+std::vector<ServingCase> serving_case_matrix() {
+  std::vector<ServingCase> out;
+  constexpr uint32_t kBR = FMHA_MASK_CAUSAL, kTL = FMHA_MASK_CAUSAL_TOP_LEFT;
+  auto make = [](fmha_dtype t, int64_t hq, int64_t hk, int64_t d, std::vector<int64_t> lq, std::vector<int64_t> lk,
+                 QLayout ql, KvLayout kl) {
+    ServingCase c;
+    c.dtype = t;
+    c.heads_q = hq;
+    c.heads_kv = hk;
+    c.head_dim = d;
+    c.len_q = std::move(lq);
+    c.len_k = std::move(lk);
+    c.q_layout = ql;
+    c.kv_layout = kl;
+    return c;
+  };
+  const fmha_dtype kTypes[] = {FMHA_DTYPE_F32, FMHA_DTYPE_F16, FMHA_DTYPE_BF16};
+  // Packed q and packed k (varlen prefill): lengths 0 and 1, Nq > Nk, Nq <
+  // Nk, every mask, a tail of rows and keys owned by no sequence.
+  int n = 0;
+  for (uint32_t mask : {0u, kBR, kTL})
+    for (fmha_dtype t : kTypes) {
+      ServingCase c = make(t, 4, 2, 64, {5, 0, 1, 70, 33, 9}, {5, 7, 1, 40, 130, 0}, QLayout::kRagged,
+                           KvLayout::kRagged);
+      c.mask_flags = mask;
+      c.q_tail = n % 2 ? 3 : 0;
+      c.k_tail = n % 2 ? 0 : 5;
+      out.push_back(c);
+      ++n;
+    }
+  // Windows and softcap per sequence (with and without a causal flag).
+  {
+    ServingCase c = make(FMHA_DTYPE_F32, 2, 1, 32, {17, 64, 3}, {40, 64, 90}, QLayout::kRagged, KvLayout::kRagged);
+    c.window_left = 8;
+    c.window_right = 4;
+    out.push_back(c);
+    c.mask_flags = kBR;
+    c.window_right = 0;
+    c.window_left = 16;
+    c.softcap = 5.f;
+    out.push_back(c);
+    c.mask_flags = kTL;
+    c.window_left = 3;
+    c.softcap = 0.f;
+    c.dtype = FMHA_DTYPE_F16;
+    out.push_back(c);
+  }
+  // Packed q over dense k of equal lengths; seqused_k caps some.
+  {
+    ServingCase c = make(FMHA_DTYPE_F16, 4, 4, 80, {3, 12, 0, 7}, {50, 50, 50, 50}, QLayout::kRagged,
+                         KvLayout::kDense);
+    c.mask_flags = kBR;
+    out.push_back(c);
+    c.len_k = {50, 20, 0, 1};
+    c.seqused_k = true;
+    out.push_back(c);
+  }
+  // Dense q over dense k with seqused_k (a KV cache's fill levels): decode
+  // (Nq = 1 and 4, GQA, packed decode blocks) and prefill.
+  for (fmha_dtype t : kTypes) {
+    ServingCase c = make(t, 8, 2, 128, {1, 1, 1, 1, 1}, {300, 0, 1, 77, 1024}, QLayout::kDense, KvLayout::kDense);
+    c.seqused_k = true;
+    out.push_back(c);
+    c.len_q = {4, 4, 4, 4, 4};
+    c.mask_flags = kBR;
+    out.push_back(c);
+  }
+  {
+    ServingCase c = make(FMHA_DTYPE_BF16, 2, 2, 64, {140, 140}, {200, 90}, QLayout::kDense, KvLayout::kDense);
+    c.seqused_k = true;
+    c.mask_flags = kTL;
+    out.push_back(c);
+  }
+  // Paged decode: both storages, page sizes 1, 16, 64, 256, shuffled pages,
+  // GQA 8/2 and MQA 4/1, long enough sequences for key splits.
+  for (int64_t ps : {1, 16, 64, 256})
+    for (PageStorage st : {PageStorage::kHeadMajor, PageStorage::kTokenMajor}) {
+      ServingCase c = make(ps == 16 ? FMHA_DTYPE_BF16 : FMHA_DTYPE_F16, 8, 2, 128, {1, 1, 1, 1},
+                           {ps == 1 ? 200 : 2100, 0, 1, 333}, QLayout::kDense, KvLayout::kPaged);
+      c.page_size = ps;
+      c.storage = st;
+      c.mask_flags = st == PageStorage::kHeadMajor ? 0u : kBR;
+      out.push_back(c);
+    }
+  {
+    ServingCase c = make(FMHA_DTYPE_F32, 4, 1, 64, {3, 3, 3}, {64, 17, 129}, QLayout::kDense, KvLayout::kPaged);
+    c.page_size = 16;
+    c.mask_flags = kBR;
+    c.window_left = 20;
+    c.softcap = 8.f;
+    out.push_back(c);
+  }
+  // Chunked prefill over a paged cache: packed q, paged k, Nq <= Nk and
+  // Nq > Nk, both causal alignments, an explicit max_seqlen_k.
+  for (uint32_t mask : {kBR, kTL}) {
+    ServingCase c = make(FMHA_DTYPE_BF16, 4, 2, 64, {16, 1, 0, 40, 9}, {80, 1, 12, 20, 0}, QLayout::kRagged,
+                         KvLayout::kPaged);
+    c.page_size = 16;
+    c.storage = PageStorage::kTokenMajor;
+    c.mask_flags = mask;
+    out.push_back(c);
+    c.page_size = 64;
+    c.max_seqlen_k = 100;
+    c.storage = PageStorage::kHeadMajor;
+    c.dtype = FMHA_DTYPE_F32;
+    out.push_back(c);
+  }
+  // Empty work: no sequence; sequences that are all empty; rows with no
+  // key at all (Nk = 0 everywhere), packed and paged.
+  out.push_back(make(FMHA_DTYPE_F32, 2, 1, 32, {}, {}, QLayout::kRagged, KvLayout::kRagged));
+  {
+    ServingCase c = make(FMHA_DTYPE_F16, 2, 1, 32, {}, {}, QLayout::kRagged, KvLayout::kRagged);
+    c.q_tail = 4;  // rows of no sequence: untouched
+    out.push_back(c);
+  }
+  out.push_back(make(FMHA_DTYPE_F32, 2, 1, 32, {0, 0, 0}, {3, 0, 9}, QLayout::kRagged, KvLayout::kRagged));
+  out.push_back(make(FMHA_DTYPE_F32, 2, 2, 32, {4, 6}, {0, 0}, QLayout::kRagged, KvLayout::kRagged));
+  {
+    ServingCase c = make(FMHA_DTYPE_F16, 4, 2, 64, {1, 1, 1}, {0, 0, 0}, QLayout::kDense, KvLayout::kPaged);
+    c.kv_spare = 0;
+    out.push_back(c);
+    c.kv_layout = KvLayout::kDense;
+    c.seqused_k = true;
+    out.push_back(c);
+  }
+  return out;
+}
+
 PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : case_(c) {
   if (const char* why = c.invalid_reason())
     throw std::invalid_argument("invalid serving case " + c.name() + ": " + why);

@@ -94,6 +94,16 @@ struct ServingCase {
   const char* invalid_reason() const;
 };
 
+// The serving-layout case matrix every backend runs (CPU in tests/cpu,
+// each CUDA kernel forced by name in tests/gpu): packed q with dense,
+// packed and paged k; dense k with seqused_k; paged decode with both page
+// storages, page sizes 1, 16, 64 and 256 and shuffled pages; sequences of
+// length 0 and 1, Nq > Nk inside a sequence; both causal alignments,
+// windows and softcap per sequence; GQA and MQA; F32, F16 and BF16; rows
+// and keys owned by no sequence; empty batches and Nk = 0. Small enough
+// that the float64 reference over all of it takes about a second.
+std::vector<ServingCase> serving_case_matrix();
+
 // A case with its host tensors, metadata and reference built once.
 class PreparedServingCase {
  public:

@@ -160,6 +160,15 @@ TEST_CASE("cpu_tiled: rows that see no key give O = 0 exactly and lse = -inf") {
   });
 }
 
+TEST_CASE("cpu_tiled: empty work (Nk = 0, B = 0, Nq = 0)") {
+  check_cases(ft::cases_empty(), [](const ft::CaseResult& r) {
+    // Nk = 0: every row is a masked row; no rows: nothing to check but the guards.
+    CHECK(r.masked_rows == r.batch * r.heads_q * r.seq_q);
+    CHECK(r.masked_rows_not_zero == 0);
+    CHECK(r.lse.wrong_masked == 0);
+  });
+}
+
 TEST_CASE("cpu_tiled: logits around 1e4 neither overflow nor lose accuracy") {
   check_cases(ft::cases_large_logits(), [](const ft::CaseResult& r) {
     CHECK(r.max_abs_logit > 5e3);

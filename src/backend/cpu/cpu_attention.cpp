@@ -54,6 +54,7 @@
 #include "core/key_tiles.h"
 #include "core/mask.h"
 #include "core/numeric.h"
+#include "core/seq_layout.h"
 
 #if defined(__GNUC__)
 #define FMHA_CPU_INLINE inline __attribute__((always_inline))
@@ -156,6 +157,10 @@ struct Plan {
   int64_t items;       // work items of the first pass
 };
 
+// With a serving layout the plan is that of the bound problem (seq_q, seq_k
+// = max_seqlen_q/k): sequences shorter than the bound leave some of their
+// query blocks or key splits empty. It never reads the metadata, so the
+// split count, like the thread count, cannot change the result's bits.
 Plan make_plan(const Problem& p) {
   const TileShape t = tile_shape(p.head_dim);
   Plan plan{};
@@ -530,6 +535,48 @@ FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc,
   }
 }
 
+// ---- one sequence ---------------------------------------------------------------
+
+// Where sequence b of the batch lives: its extent as core/seq_layout.h
+// defines it (clamped: garbage metadata never leads outside the tensors),
+// and the element offsets of its rows. A dense batch has no metadata: every
+// sequence is the whole [seq_q, seq_k] of its batch entry.
+struct Seq {
+  const Problem* p;
+  int64_t b;
+  SeqExtent e;
+  int64_t qb;  // batch index of its q/o rows (0 when packed)
+  int64_t kb;  // batch index of its k/v rows (0 when packed; unused when paged)
+
+  // Query row i (< e.len_q) of head h in q or o.
+  FMHA_CPU_INLINE int64_t row_at(const Operand& op, int64_t h, int64_t i) const {
+    return qb * op.stride[0] + h * op.stride[1] + (e.q_begin + i) * op.stride[2];
+  }
+  // Its lse entry: [batch, heads_q, seq_q], or [heads_q, total_q] packed.
+  FMHA_CPU_INLINE int64_t lse_at(int64_t h, int64_t i) const {
+    return p->layout.ragged_q() ? h * p->layout.total_q + e.q_begin + i : (b * p->heads_q + h) * p->seq_q + i;
+  }
+  // Key j (< e.len_k) of kv head hk in k or v; paged keys through the
+  // block table (page_slot clamps the page id).
+  FMHA_CPU_INLINE int64_t key_at(const Operand& op, int64_t hk, int64_t j) const {
+    if (p->layout.paged()) {
+      const PageSlot ps = page_slot(p->layout, b, j);
+      return ps.page * op.stride[0] + hk * op.stride[1] + ps.slot * op.stride[2];
+    }
+    return kb * op.stride[0] + hk * op.stride[1] + (e.k_begin + j) * op.stride[2];
+  }
+};
+
+FMHA_CPU_INLINE Seq sequence(const Problem& p, int64_t b) {
+  Seq s;
+  s.p = &p;
+  s.b = b;
+  s.e = p.layout.any() ? seq_extent(p.layout, b) : SeqExtent{0, p.seq_q, 0, p.seq_k, p.diag_offset};
+  s.qb = p.layout.ragged_q() ? 0 : b;
+  s.kb = p.layout.ragged_k() ? 0 : b;
+  return s;
+}
+
 // ---- one work item ------------------------------------------------------------
 
 struct Job {
@@ -584,10 +631,18 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     h = bh % p.heads_q;
     hk = h / p.group_size();  // GQA/MQA: the shared kv head, read in place
     i0 = tile * BR;
-    nr = std::min(BR, p.seq_q - i0);
+    nr = BR;  // cut to the sequence below
     split = 0;
   }
-  const int64_t nq = p.seq_q;
+  // The sequence: its own Nq, Nk and diagonal (a dense batch: the Problem's).
+  const Seq sq = sequence(p, b);
+  const int64_t nq = sq.e.len_q;
+  const int64_t seq_k = sq.e.len_k;
+  const int64_t diag = sq.e.diag_offset;
+  // Rows of this block that the sequence has: a packed block holds its Nq
+  // queries of each of the G heads, an unpacked one what is left from i0.
+  nr = packed ? nq * p.group_size() : std::min(BR, nq - i0);
+  if (nr <= 0) return;  // a shorter sequence than the bound: nothing here (merge_splits skips it too)
   auto i_of = [&](int64_t r) { return packed ? r % nq : i0 + r; };
   auto h_of = [&](int64_t r) { return packed ? h + r / nq : h; };
   // Scores as dot products (few packed rows: Q row-major in qt, S rows x
@@ -616,7 +671,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // Each row's visible keys [lo, hi) (mask.h). Padding rows copy the last
   // real row, so they never widen the block's range or add edge tiles.
   for (int64_t r = 0; r < np; ++r) {
-    const KeyRange kr = key_range(i_of(std::min(r, nr - 1)), p.seq_k, p.diag_offset, p.window_left, p.window_right);
+    const KeyRange kr = key_range(i_of(std::min(r, nr - 1)), seq_k, diag, p.window_left, p.window_right);
     lo[r] = kr.lo;
     hi[r] = kr.hi;
   }
@@ -625,7 +680,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // [block_lo, block_hi) some row needs; every row sees all of
   // [full_lo, full_hi), so tiles inside that need no mask. A packed block
   // holds queries [0, Nq) of every head and takes split `split` of them.
-  const KeyTiles tiles = key_tiles(i0, packed ? nq - 1 : i0 + nr - 1, p.seq_k, p.diag_offset, p.window_left,
+  const KeyTiles tiles = key_tiles(i0, packed ? nq - 1 : i0 + nr - 1, seq_k, diag, p.window_left,
                                    p.window_right, KT, split, plan.splits);
   const int64_t block_lo = tiles.lo;
   const int64_t block_hi = tiles.hi;
@@ -641,7 +696,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const float scale = p.scale;
     for (int64_t r = 0; r < np; ++r) {
       if (r < nr) {
-        const int64_t at = b * q.stride[0] + h_of(r) * q.stride[1] + i_of(r) * q.stride[2];
+        const int64_t at = sq.row_at(q, h_of(r), i_of(r));
         load_row(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
         if (dot) {
           for (int64_t d = 0; d < D; ++d) qt[r * DP + d] = scale * o[d];
@@ -672,8 +727,6 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
 
   const Operand& k = p.k;
   const Operand& v = p.v;
-  const int64_t k_base = b * k.stride[0] + hk * k.stride[1];
-  const int64_t v_base = b * v.stride[0] + hk * v.stride[1];
   const float softcap = p.softcap;
   const float inv_softcap = softcap != 0.f ? 1.f / softcap : 0.f;
 
@@ -691,17 +744,17 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     for (int64_t j = 0; j < bc; ++j) {
       if (prefetch && j < next_bc) {
         const int64_t jn = (t + 1) * KT + j;
-        const char* kn = static_cast<const char*>(k.data) + (k_base + jn * k.stride[2]) * dtype_size(dt);
-        const char* vn = static_cast<const char*>(v.data) + (v_base + jn * v.stride[2]) * dtype_size(dt);
+        const char* kn = static_cast<const char*>(k.data) + sq.key_at(k, hk, jn) * dtype_size(dt);
+        const char* vn = static_cast<const char*>(v.data) + sq.key_at(v, hk, jn) * dtype_size(dt);
         for (int64_t at = 0; at < D * dtype_size(dt); at += kAlignBytes) {
           prefetch_read(kn + at);
           prefetch_read(vn + at);
         }
       }
-      load_row(static_cast<const char*>(k.data) + (k_base + (j0 + j) * k.stride[2]) * dtype_size(dt),
-               k.stride[3], D, dt, kt + j * DP);
-      load_row(static_cast<const char*>(v.data) + (v_base + (j0 + j) * v.stride[2]) * dtype_size(dt),
-               v.stride[3], D, dt, vt + j * DP);
+      load_row(static_cast<const char*>(k.data) + sq.key_at(k, hk, j0 + j) * dtype_size(dt), k.stride[3], D, dt,
+               kt + j * DP);
+      load_row(static_cast<const char*>(v.data) + sq.key_at(v, hk, j0 + j) * dtype_size(dt), v.stride[3], D, dt,
+               vt + j * DP);
     }
 
     // A NaN or inf in V meets zero probabilities in the product below (0 *
@@ -819,12 +872,12 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   char* o_data = static_cast<char*>(out.data);
   for (int64_t r = 0; r < nr; ++r) {
     const float inv = l[r] > 0.f ? 1.f / l[r] : l[r] == 0.f ? 0.f : l[r];
-    const int64_t at = b * out.stride[0] + h_of(r) * out.stride[1] + i_of(r) * out.stride[2];
+    const int64_t at = sq.row_at(out, h_of(r), i_of(r));
     store_row(o + r * DP, inv, D, dt, o_data + at * dtype_size(dt), out.stride[3]);
   }
   if (p.lse != nullptr)
     for (int64_t r = 0; r < nr; ++r)
-      p.lse[(b * p.heads_q + h_of(r)) * p.seq_q + i_of(r)] =
+      p.lse[sq.lse_at(h_of(r), i_of(r))] =
           l[r] > 0.f ? m[r] + std::log(l[r]) : l[r] == 0.f ? -kInf : l[r];
 }
 
@@ -843,10 +896,12 @@ void merge_splits(const Job& job, int64_t group) {
   const Problem& p = *job.p;
   const Plan& plan = job.plan;
   const int64_t D = p.head_dim;
-  const int64_t nr = plan.rows;
-  const int64_t nq = p.seq_q;
   const int64_t b = group / p.heads_kv;
   const int64_t h0 = group % p.heads_kv * p.group_size();
+  // The rows run_block packed for this sequence (its own Nq x G).
+  const Seq sq = sequence(p, b);
+  const int64_t nq = sq.e.len_q;
+  const int64_t nr = nq * p.group_size();
   auto part = [&](int64_t s) {
     return reinterpret_cast<float*>(job.partials + (group * plan.splits + s) * job.partial_bytes);
   };
@@ -870,11 +925,9 @@ void merge_splits(const Job& job, int64_t group) {
       merged[d] = static_cast<float>(l > 0 ? acc / l : l == 0 ? 0.0 : l);
     }
     const int64_t h = h0 + r / nq, i = r % nq;
-    store_row(merged, 1.f, D, p.dtype, o_data + (b * out.stride[0] + h * out.stride[1] + i * out.stride[2]) *
-                                                    dtype_size(p.dtype),
-              out.stride[3]);
+    store_row(merged, 1.f, D, p.dtype, o_data + sq.row_at(out, h, i) * dtype_size(p.dtype), out.stride[3]);
     if (p.lse != nullptr)
-      p.lse[(b * p.heads_q + h) * nq + i] =
+      p.lse[sq.lse_at(h, i)] =
           static_cast<float>(l > 0 ? mx + std::log(l) : l == 0 ? -std::numeric_limits<double>::infinity() : l);
   }
 }
