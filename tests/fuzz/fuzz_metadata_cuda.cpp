@@ -2,7 +2,11 @@
 // of bounds (issue 9). Meant to run under compute-sanitizer memcheck
 // (tools/device/sanitize.sh, tools/device/issue9_cuda.sh):
 //
-//   fuzz_metadata_cuda [--iters N] [--seed S]
+//   fuzz_metadata_cuda [--iters N] [--seed S] [--cpu]
+//
+// (--cpu: the same problems in host memory on a CPU handle and cpu_tiled,
+// which also checks the generator's problems pass validation without a
+// GPU.)
 //
 // Each iteration builds a serving-layout problem whose host-known fields are
 // valid (num_seqs, max_seqlen_q/k, shapes, strides, block_table_stride) and
@@ -38,6 +42,15 @@ namespace {
 
 constexpr size_t kGuard = 256;        // poisoned bytes around o and lse
 constexpr unsigned char kPoison = 0xA5;
+bool g_cpu = false;  // --cpu: host memory, a CPU handle
+
+void copy(void* dst, const void* src, size_t n) {
+  if (n == 0) return;
+  if (g_cpu)
+    std::memcpy(dst, src, n);
+  else
+    cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+}
 
 struct Rng {
   uint64_t s;
@@ -70,10 +83,12 @@ struct Buf {
   void* ptr = nullptr;
   size_t bytes = 0;
   explicit Buf(size_t n) : bytes(n) {
-    if (n > 0 && cudaMalloc(&ptr, n) != cudaSuccess) ptr = nullptr;
+    if (n > 0 && g_cpu) ptr = std::malloc(n);
+    if (n > 0 && !g_cpu && cudaMalloc(&ptr, n) != cudaSuccess) ptr = nullptr;
   }
   ~Buf() {
-    if (ptr) cudaFree(ptr);
+    if (ptr && g_cpu) std::free(ptr);
+    if (ptr && !g_cpu) cudaFree(ptr);
   }
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
@@ -93,7 +108,8 @@ bool fill_random(Buf& b, Rng& r, fmha_dtype dt) {
       std::memcpy(&h[i], &f, 4);
     }
   }
-  return cudaMemcpy(b.ptr, h.data(), h.size(), cudaMemcpyHostToDevice) == cudaSuccess;
+  copy(b.ptr, h.data(), h.size());
+  return true;
 }
 
 fmha_tensor tensor(void* data, fmha_dtype dt, int64_t d0, int64_t d1, int64_t d2, int64_t d3, bool token_major) {
@@ -182,7 +198,7 @@ void one(fmha_handle h, Rng& r, int iter, Counts* c) {
   for (int32_t& x : table) x = garbage(r, num_pages);
   auto upload = [](const std::vector<int32_t>& h) {
     auto b = std::make_unique<Buf>(h.size() * sizeof(int32_t));
-    if (!h.empty()) cudaMemcpy(b->ptr, h.data(), b->bytes, cudaMemcpyHostToDevice);
+    copy(b->ptr, h.data(), b->bytes);
     return b;
   };
   auto d_cu_q = upload(cu_q), d_cu_k = upload(cu_k), d_used = upload(used), d_table = upload(table);
@@ -212,11 +228,14 @@ void one(fmha_handle h, Rng& r, int iter, Counts* c) {
   p.max_seqlen_k = max_k;
 
   std::vector<unsigned char> poison_o(o.bytes, kPoison), poison_lse(lse.bytes, kPoison);
-  for (const char* kernel : {"cuda_sm80_tc", "cuda_generic", static_cast<const char*>(nullptr)}) {
+  const std::vector<const char*> kernels =
+      g_cpu ? std::vector<const char*>{"cpu_tiled", nullptr}
+            : std::vector<const char*>{"cuda_sm80_tc", "cuda_generic", nullptr};
+  for (const char* kernel : kernels) {
     for (int32_t splits : {0, 1, 3}) {
       ++c->runs;
-      cudaMemcpy(o.ptr, poison_o.data(), o.bytes, cudaMemcpyHostToDevice);
-      cudaMemcpy(lse.ptr, poison_lse.data(), lse.bytes, cudaMemcpyHostToDevice);
+      copy(o.ptr, poison_o.data(), o.bytes);
+      copy(lse.ptr, poison_lse.data(), lse.bytes);
       p.kernel = kernel;
       p.num_splits = splits;
       size_t ws_bytes = 0;
@@ -230,10 +249,10 @@ void one(fmha_handle h, Rng& r, int iter, Counts* c) {
       }
       Buf ws(ws_bytes);
       s = fmha_forward(h, &p, ws.ptr, ws_bytes);
-      const cudaError_t e = cudaDeviceSynchronize();
+      const cudaError_t e = g_cpu ? cudaSuccess : cudaDeviceSynchronize();
       std::vector<unsigned char> back_o(o.bytes), back_lse(lse.bytes);
-      cudaMemcpy(back_o.data(), o.ptr, o.bytes, cudaMemcpyDeviceToHost);
-      cudaMemcpy(back_lse.data(), lse.ptr, lse.bytes, cudaMemcpyDeviceToHost);
+      copy(back_o.data(), o.ptr, o.bytes);
+      copy(back_lse.data(), lse.ptr, lse.bytes);
       const bool guards = std::memcmp(back_o.data(), poison_o.data(), kGuard) == 0 &&
                           std::memcmp(back_o.data() + kGuard + o_bytes, poison_o.data(), kGuard) == 0 &&
                           std::memcmp(back_lse.data(), poison_lse.data(), kGuard) == 0 &&
@@ -264,18 +283,20 @@ int main(int argc, char** argv) {
       iters = std::atoi(argv[++i]);
     } else if (a == "--seed" && i + 1 < argc) {
       seed = std::strtoull(argv[++i], nullptr, 0);
+    } else if (a == "--cpu") {
+      g_cpu = true;
     } else {
-      std::fprintf(stderr, "usage: fuzz_metadata_cuda [--iters N] [--seed S]\n");
+      std::fprintf(stderr, "usage: fuzz_metadata_cuda [--iters N] [--seed S] [--cpu]\n");
       return 2;
     }
   }
   int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+  if (!g_cpu && (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)) {
     std::printf("fuzz_metadata_cuda: skipped: no CUDA device\n");
     return 77;
   }
   fmha_handle h = nullptr;
-  if (fmha_create(&h, FMHA_DEVICE_CUDA, 0) != FMHA_SUCCESS) {
+  if (fmha_create(&h, g_cpu ? FMHA_DEVICE_CPU : FMHA_DEVICE_CUDA, 0) != FMHA_SUCCESS) {
     std::printf("fuzz_metadata_cuda: fmha_create failed: %s\n", fmha_last_error_message());
     return 1;
   }

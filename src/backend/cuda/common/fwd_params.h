@@ -64,6 +64,18 @@ struct FwdParams {
   FastDiv page_div;      // layout.page_size, for paged K/V
 };
 
+// Which operand layout a launch reads, for families that instantiate a
+// kernel per layout (the dense one then reads no metadata at all).
+enum class SeqMode {
+  kDense,       // no serving layout (SeqLayout::any() false)
+  kContiguous,  // ragged q/k or seqused_k, contiguous K/V rows
+  kPaged,       // a block table (with or without ragged queries)
+};
+
+inline SeqMode seq_mode(const SeqLayout& L) {
+  return L.paged() ? SeqMode::kPaged : L.any() ? SeqMode::kContiguous : SeqMode::kDense;
+}
+
 // One sequence of a work tile (core/seq_layout.h's seq_extent, clamped),
 // narrowed for the kernels: every length is at most the int32 bound of
 // FwdParams. Offsets are in elements.

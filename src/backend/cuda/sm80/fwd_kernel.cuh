@@ -175,47 +175,39 @@ struct TileLoader {
     }
   }
 
-  // The run mask of a paged operand for this loader: page_size rows of a
-  // page are contiguous (row stride `stride`), so when the rows that share
-  // a page form aligned runs of a power-of-two length g, a multiple of
-  // kRowsPerPass (every row a thread copies in one pass lies in the run of
-  // that pass's first row), one block-table read per run places all of
-  // them: g = kRows when page_size is a multiple of kRows (the tile lies in
-  // one page), else g = page_size (kRows is a multiple of it). Returns g - 1,
-  // or -1 when page_size allows no such runs (every row then reads the
-  // table).
-  __device__ static int page_run_mask(int64_t page_size) {
-    if constexpr (!kRowStepped) {
-      return -1;
-    } else {
-      const int64_t g = page_size % kRows == 0 ? kRows : page_size;
-      return g <= kRows && (g & (g - 1)) == 0 && g % kRowsPerPass == 0 ? static_cast<int>(g) - 1 : -1;
-    }
+  // Paged operands. The page_size rows of a page are contiguous (row
+  // stride `stride`), so when the rows sharing a page form aligned runs of
+  // kRun rows, a power of two and a multiple of kRowsPerPass (every row a
+  // thread copies in one pass then lies in the run of that pass's first
+  // row), one block-table read per run places all of them: kRun = kRows
+  // when page_size is a multiple of kRows (the tile lies in one page), else
+  // kRun = page_size for page sizes 16, 32 and 64 that divide kRows. Other
+  // page sizes read the table once per row. Returns the run length, or 0.
+  __device__ static int page_run(int64_t page_size) {
+    const int64_t g = page_size % kRows == 0 ? kRows : page_size;
+    const bool ok = kRowStepped && (g == kRows || g == 16 || g == 32 || g == 64) && g <= kRows &&
+                    g % kRowsPerPass == 0;
+    return ok ? static_cast<int>(g) : 0;
   }
 
   // Rows [row0, row0 + kRows) of a paged operand whose row j starts at
   // base + row_offset(j) (the clamped block-table lookup); rows at or past
   // n are zero-filled, and their table entries are never read (n <= the
-  // sequence's keys, which its table row covers). run_mask: page_run_mask().
+  // sequence's keys, which its table row covers). run: page_run().
   template <class RowOffset>
   __device__ static void load_paged(uint32_t smem_tile, const T* base, int64_t stride, RowOffset row_offset,
-                                    int run_mask, int row0, int n, int tid) {
-    if constexpr (kRowStepped) {
-      if (run_mask >= 0) {
-        const int c = tid % kChunks;
-        const int r = tid / kChunks;
-        const T* run_base = base;
-#pragma unroll
-        for (int pass = 0; pass < kPasses; ++pass) {
-          const int first = pass * kRowsPerPass;  // compile-time; this pass's rows are first + [0, kRowsPerPass)
-          const int in_run = first & run_mask;
-          if (in_run == 0) run_base = row0 + first < n ? base + row_offset(row0 + first) : base;
-          const bool in = row0 + first + r < n;
-          const T* g = run_base + static_cast<int64_t>(in_run + r) * stride + c * 8;
-          cp_async_16(smem_tile + swizzle<Cfg::kPitch>(first + r, c), in ? g : base, in);
-        }
-        return;
-      }
+                                    int run, int row0, int n, int tid) {
+    // A compile-time run length per case, so each pass knows whether it
+    // starts a run (no per-pass test) and the unrolled loop holds one base.
+    if (run == kRows) return load_runs<kRows>(smem_tile, base, stride, row_offset, row0, n, tid);
+    if constexpr (kRows > 64) {
+      if (run == 64) return load_runs<64>(smem_tile, base, stride, row_offset, row0, n, tid);
+    }
+    if constexpr (kRows > 32) {
+      if (run == 32) return load_runs<32>(smem_tile, base, stride, row_offset, row0, n, tid);
+    }
+    if constexpr (kRows > 16) {
+      if (run == 16) return load_runs<16>(smem_tile, base, stride, row_offset, row0, n, tid);
     }
     // Any page size: one table read per row, a few rows in flight (a full
     // unroll would hold every row's address in registers at once).
@@ -225,6 +217,25 @@ struct TileLoader {
       if (!at(tid, pass, &r, &c)) break;
       const bool in = row0 + r < n;
       cp_async_16(smem_tile + swizzle<Cfg::kPitch>(r, c), in ? base + row_offset(row0 + r) + c * 8 : base, in);
+    }
+  }
+
+  template <int kRun, class RowOffset>
+  __device__ static void load_runs(uint32_t smem_tile, const T* base, int64_t stride, RowOffset row_offset, int row0,
+                                   int n, int tid) {
+    if constexpr (kRowStepped && kRun % kRowsPerPass == 0 && kRun <= kRows) {
+      const int c = tid % kChunks;
+      const int r = tid / kChunks;
+      const T* run_base = base;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int first = pass * kRowsPerPass;  // this pass's rows are first + [0, kRowsPerPass)
+        const int in_run = first % kRun;        // compile-time
+        if (in_run == 0) run_base = row0 + first < n ? base + row_offset(row0 + first) : base;
+        const bool in = row0 + first + r < n;
+        const T* g = run_base + static_cast<int64_t>(in_run + r) * stride + c * 8;
+        cp_async_16(smem_tile + swizzle<Cfg::kPitch>(first + r, c), in ? g : base, in);
+      }
     }
   }
 };
@@ -478,9 +489,16 @@ struct Epilogue {
 // computed; cp.async groups are committed K, V, K, V, ... so "K of t ready"
 // is wait_group(1) and "V of t ready" is wait_group(2) after t+1's commits.
 // ---------------------------------------------------------------------------
-template <class T, class Cfg, bool kSoftcap, bool kServing>
+// kMode: the operand layout this instantiation reads (launch.h: SeqMode).
+// Dense problems read no metadata; ragged and seqused_k problems resolve
+// their sequence; paged ones also gather K/V through the block table, in
+// an instantiation of their own (its loader's registers would otherwise
+// spill in the contiguous serving kernel).
+template <class T, class Cfg, bool kSoftcap, SeqMode kMode>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     fwd_kernel(const __grid_constant__ FwdParams p) {
+  constexpr bool kServing = kMode != SeqMode::kDense;
+  constexpr bool kPaged = kMode == SeqMode::kPaged;
   static_assert(Cfg::kStages == 2, "the wait_group counts below assume two stages");
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x;
@@ -500,27 +518,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
 
   // K or V rows [n0, n0 + kBlockN) of the sequence into a stage; rows at or
-  // past Nk(b) are zero-filled. Paged K/V (serving instantiations only, a
-  // CTA-uniform branch): key j sits at paged_kv_row(p, b, j), the block
-  // table entry clamped by core/seq_layout.h, with the same 16-byte cp.async
-  // chunks as a contiguous tile; page sizes that give aligned power-of-two
-  // runs of rows (TileLoader::page_run_mask) read the table once per run,
-  // others once per row.
-  // (Lengths are read at each use, not held in a register: the dense
+  // past Nk(b) are zero-filled. Paged K/V (the kPaged instantiation): key j
+  // sits at paged_kv_row(p, b, j), the block table entry clamped by
+  // core/seq_layout.h, copied with the same 16-byte cp.async chunks as a
+  // contiguous tile; page sizes that give aligned runs of rows
+  // (TileLoader::page_run) read the table once per run, others once per
+  // row. (Lengths are read at each use, not held in a register: the dense
   // instantiation then reads them from the constant bank as it always did.)
-  const bool paged = kServing && p.layout.paged();
-  const int run_mask = paged ? KVLoader::page_run_mask(p.layout.page_size) : -1;
+  const int run = kPaged ? KVLoader::page_run(p.layout.page_size) : 0;
   auto load_k = [&](uint32_t dst, int n0) {
-    if (kServing && paged)
+    if constexpr (kPaged)
       KVLoader::load_paged(
-          dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, run_mask, n0, w.len_k(p), tid);
+          dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, run, n0, w.len_k(p), tid);
     else
       KVLoader::load(dst, k, p.k_stride[2], n0, w.len_k(p), tid);
   };
   auto load_v = [&](uint32_t dst, int n0) {
-    if (kServing && paged)
+    if constexpr (kPaged)
       KVLoader::load_paged(
-          dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, run_mask, n0, w.len_k(p), tid);
+          dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, run, n0, w.len_k(p), tid);
     else
       KVLoader::load(dst, v, p.v_stride[2], n0, w.len_k(p), tid);
   };

@@ -11,9 +11,9 @@
 
 namespace fmha::cuda::sm80 {
 
-template <class T, class Cfg, bool kSoftcap, bool kServing>
+template <class T, class Cfg, bool kSoftcap, SeqMode kMode>
 fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
-  const auto kernel = fwd_kernel<T, Cfg, kSoftcap, kServing>;
+  const auto kernel = fwd_kernel<T, Cfg, kSoftcap, kMode>;
   static SmemOptIn opt_in;  // one per instantiation, i.e. per kernel
   const fmha_status s =
       opt_in.ensure(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, a.device, "cuda_sm80_tc forward");
@@ -22,12 +22,21 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
   return check_launch("cuda_sm80_tc forward");
 }
 
-// Dense problems run the instantiation that reads no sequence metadata.
+template <class T, class Cfg, SeqMode kMode>
+fmha_status launch_fwd_mode(const FwdParams& p, const LaunchArgs& a) {
+  return a.softcap ? launch_fwd_kernel<T, Cfg, true, kMode>(p, a) : launch_fwd_kernel<T, Cfg, false, kMode>(p, a);
+}
+
+// One kernel per (softcap, layout): dense problems run the instantiation
+// that reads no sequence metadata, paged ones the one with the gather.
 template <class T, class Cfg>
 fmha_status launch_fwd_config(const FwdParams& p, const LaunchArgs& a) {
-  if (a.serving)
-    return a.softcap ? launch_fwd_kernel<T, Cfg, true, true>(p, a) : launch_fwd_kernel<T, Cfg, false, true>(p, a);
-  return a.softcap ? launch_fwd_kernel<T, Cfg, true, false>(p, a) : launch_fwd_kernel<T, Cfg, false, false>(p, a);
+  switch (a.mode) {
+    case SeqMode::kDense: return launch_fwd_mode<T, Cfg, SeqMode::kDense>(p, a);
+    case SeqMode::kContiguous: return launch_fwd_mode<T, Cfg, SeqMode::kContiguous>(p, a);
+    case SeqMode::kPaged: return launch_fwd_mode<T, Cfg, SeqMode::kPaged>(p, a);
+    default: return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: unknown operand layout %d", static_cast<int>(a.mode));
+  }
 }
 
 template <class T, int kHeadDim>

@@ -145,7 +145,7 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   a.blocks = plan.grid.blocks();
   a.narrow = plan.narrow;
   a.softcap = p.softcap != 0.f;
-  a.serving = p.layout.any();
+  a.mode = seq_mode(p.layout);
   if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   a.device = dev.ordinal;
   a.stream = static_cast<cudaStream_t>(ctx.stream);
