@@ -16,7 +16,7 @@
 # One log per step and summary.txt under $OUT; the summary is printed last.
 # Environment: ISSUE9_BUILD_DIR (default build), ISSUE9_JOBS (16),
 # ISSUE9_ARCH (90-real), ISSUE9_BUILD=0 reuses a build, ISSUE9_FUZZ_ITERS
-# (300 plain, ISSUE9_MEMCHECK_ITERS 40 under memcheck).
+# (300 plain; ISSUE9_MEMCHECK_ITERS, 30, under memcheck).
 set -u -o pipefail
 
 bdir=${ISSUE9_BUILD_DIR:-build}
@@ -75,7 +75,7 @@ tally "$out/test_gpu.log"
 step fuzz "$out/fuzz.log" 120 "$fuzz" --iters "${ISSUE9_FUZZ_ITERS:-300}" || status=1
 grep -E "^fuzz_metadata_cuda: [0-9]+ problems|too many" "$out/fuzz.log" | sed 's/^/  /' | tee -a "$summary"
 step fuzz-memcheck "$out/fuzz_memcheck.log" 240 compute-sanitizer --error-exitcode 99 --print-limit 30 \
-  --tool memcheck "$fuzz" --iters "${ISSUE9_MEMCHECK_ITERS:-40}" --seed 0x5eed || status=1
+  --tool memcheck "$fuzz" --iters "${ISSUE9_MEMCHECK_ITERS:-30}" --seed 0x5eed || status=1
 grep -E "ERROR SUMMARY|^fuzz_metadata_cuda: [0-9]+ problems" "$out/fuzz_memcheck.log" | sed 's/^/  /' | tee -a "$summary"
 
 # ---- 4. serving benchmark -------------------------------------------------------------

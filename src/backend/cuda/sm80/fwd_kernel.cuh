@@ -56,29 +56,46 @@ namespace fmha::cuda::sm80 {
 // ---------------------------------------------------------------------------
 template <class Cfg, bool kServing>
 struct BlockWork : WorkTile {
-  FwdSeq seq;      // the unit's sequence: lengths, diagonal, offsets
+  // The unit's sequence (serving instantiations): its valid rows, keys and
+  // diagonal. Its o / lse offsets are held through the key loop in the
+  // multi-warp tiles (kHoldSeq) and re-resolved in the epilogue by the
+  // one-warp decode tile, whichever spilled less (ptxas, sm_90: the other
+  // choice spilled 150-300 more bytes).
+  static constexpr bool kHoldSeq = Cfg::kWarps > 1;
+  int seq_rows, seq_len_k, seq_diag;
+  FwdSeq seq;  // kHoldSeq only
+  __device__ FwdSeq epilogue_seq(const FwdParams& p) const {
+    if constexpr (kHoldSeq) return seq;
+    else return fwd_seq(p, b);
+  }
   int m0;          // first row of the unit
-  int m_last;      // last valid row (< seq.rows)
+  int m_last;      // last valid row (< rows())
   int t_begin;     // key tiles [t_begin, t_end) of this CTA
   int t_end;
   int lo_max;      // a tile [n0, n0 + kBlockN) with n0 >= lo_max and
   int hi_min;      // n0 + kBlockN <= hi_min needs no element-wise mask
 
-  __device__ bool empty() const { return kServing && m0 >= seq.rows; }
+  __device__ bool empty() const { return kServing && m0 >= seq_rows; }
   // The sequence's facts; the dense instantiation reads the params (as it
   // always did), so it keeps its registers.
-  __device__ int rows(const FwdParams& p) const { return kServing ? seq.rows : p.rows; }
-  __device__ int len_k(const FwdParams& p) const { return kServing ? seq.len_k : p.seq_k; }
-  __device__ int64_t diag_offset(const FwdParams& p) const { return kServing ? seq.diag_offset : p.diag_offset; }
-  __device__ int64_t q_offset(const FwdParams& p) const { return kServing ? seq.q_offset : b * p.q_stride[0]; }
-  __device__ int64_t o_offset(const FwdParams& p) const { return kServing ? seq.o_offset : b * p.o_stride[0]; }
-  __device__ int64_t k_offset(const FwdParams& p) const { return kServing ? seq.k_offset : b * p.k_stride[0]; }
-  __device__ int64_t v_offset(const FwdParams& p) const { return kServing ? seq.v_offset : b * p.v_stride[0]; }
+  __device__ int rows(const FwdParams& p) const { return kServing ? seq_rows : p.rows; }
+  __device__ int len_k(const FwdParams& p) const { return kServing ? seq_len_k : p.seq_k; }
+  __device__ int64_t diag_offset(const FwdParams& p) const { return kServing ? seq_diag : p.diag_offset; }
+  __device__ int64_t q_offset(const FwdParams& p) const { return kServing ? fwd_seq(p, b).q_offset : b * p.q_stride[0]; }
+  __device__ int64_t o_offset(const FwdParams& p) const { return kServing ? epilogue_seq(p).o_offset : b * p.o_stride[0]; }
+  __device__ int64_t k_offset(const FwdParams& p) const { return kServing ? fwd_seq(p, b).k_offset : b * p.k_stride[0]; }
+  __device__ int64_t v_offset(const FwdParams& p) const { return kServing ? fwd_seq(p, b).v_offset : b * p.v_stride[0]; }
 
   __device__ static BlockWork make(const FwdParams& p) {
     BlockWork w;
     static_cast<WorkTile&>(w) = schedule_tile(p, blockIdx.x);
-    if constexpr (kServing) w.seq = fwd_seq(p, w.b);
+    if constexpr (kServing) {
+      const FwdSeq s = fwd_seq(p, w.b);
+      if constexpr (kHoldSeq) w.seq = s;
+      w.seq_rows = s.rows;
+      w.seq_len_k = s.len_k;
+      w.seq_diag = static_cast<int>(s.diag_offset);  // Nk(b) - Nq(b) or 0: |d| < 2^31
+    }
     w.m0 = w.m_block * Cfg::kBlockM;
     if (w.empty()) return w;
     w.m_last = min(w.m0 + Cfg::kBlockM, w.rows(p)) - 1;
@@ -461,7 +478,7 @@ struct Epilogue {
     float lse[Cfg::kMSlices][2];
     finalize_rows(o, sm.m, sm.l, lse_scale, lse);
     if constexpr (kServing)
-      store_lse(p, w, w.seq, lse, w.m0 + row_local0, lane);
+      store_lse(p, w, w.epilogue_seq(p), lse, w.m0 + row_local0, lane);
     else
       store_lse(p, w, lse, w.m0 + row_local0, lane);
 
