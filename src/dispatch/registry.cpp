@@ -51,7 +51,7 @@ const KernelEntry kKernels[] = {
 #endif
     {"cpu_tiled",
      "exact CPU online-softmax, K/V tiles streamed, threads over (batch, head, q tile) or, decode, "
-     "(batch, kv head, key split)",
+     "(batch, kv head, key split); every serving layout (packed q/k, seqused_k, paged K/V, any page size)",
      FMHA_DEVICE_CPU, 0, 0, kAllDtypes, HeadDims{512, 1, {}}, kFeatureAll, 0, 100, nullptr,
      cpu::workspace_bytes, cpu::forward},
 };

@@ -210,6 +210,22 @@ TEST_CASE("serving: every host-known field is validated") {
   }
 }
 
+TEST_CASE("serving: the workspace overlap check uses the ragged lse size") {
+  // lse [Hq, total_q] = 80 floats at the start of one buffer, the workspace
+  // right after it is fine, one float earlier overlaps (a dense-sized lse,
+  // num_seqs x Hq x max_seqlen_q = 180 floats, would refuse both).
+  Serving f;
+  size_t need = 0;
+  REQUIRE(fmha_forward_workspace_size(f.h, &f.p, &need) == FMHA_SUCCESS);
+  const size_t lse_bytes = Serving::Hq * Serving::Tq * sizeof(float);
+  std::vector<unsigned char> buf(lse_bytes + need + 64);
+  unsigned char* base = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(buf.data()) + 15) & ~uintptr_t{15});
+  f.p.lse = reinterpret_cast<float*>(base);
+  CHECK_MESSAGE(fmha_forward(f.h, &f.p, base + lse_bytes, need) == FMHA_SUCCESS, fmha_last_error_message());
+  CHECK(fmha_forward(f.h, &f.p, base + lse_bytes - 16, need) == FMHA_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(fmha_last_error_message()).find("workspace overlaps lse") != std::string::npos);
+}
+
 TEST_CASE("struct_size: the message names both shipped sizes") {
   Serving f;
   f.p.struct_size = 100;

@@ -80,8 +80,8 @@ ReferenceResult reference_forward(const fmha_forward_params& p) {
   for (int64_t b = 0; b < r.batch; ++b)
     for (int64_t h = 0; h < r.heads_q; ++h) {
       const int64_t hk = h / group;
-      const double* kh = &kd[static_cast<size_t>((b * heads_kv + hk) * seq_k * D)];
-      const double* vh = &vd[static_cast<size_t>((b * heads_kv + hk) * seq_k * D)];
+      const double* kh = kd.data() + (b * heads_kv + hk) * seq_k * D;  // (kd may be empty: Nk = 0)
+      const double* vh = vd.data() + (b * heads_kv + hk) * seq_k * D;
       for (int64_t i = 0; i < r.seq_q; ++i) {
         const int64_t row = (b * r.heads_q + h) * r.seq_q + i;
         const double* qi = &qd[static_cast<size_t>(row * D)];

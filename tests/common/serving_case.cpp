@@ -40,6 +40,7 @@ std::string ServingCase::name() const {
   std::string s = dtype_label(dtype);
   s += " H" + std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " D" + std::to_string(head_dim);
   s += " q" + std::string(q_layout == QLayout::kRagged ? "-ragged" : "-dense") + "[" + list(len_q) + "]";
+  if (q_token_major) s += " NHD";
   s += " k-" + std::string(kv_label(kv_layout)) + "[" + list(len_k) + "]";
   if (seqused_k || kv_layout == KvLayout::kPaged) s += " seqused+" + std::to_string(kv_spare);
   if (kv_layout == KvLayout::kPaged) {
@@ -115,6 +116,13 @@ std::vector<ServingCase> serving_case_matrix() {
       out.push_back(c);
       ++n;
     }
+  // q and o token-major ([total_q, Hq, D], FlashAttention's varlen layout).
+  for (fmha_dtype t : {FMHA_DTYPE_F16, FMHA_DTYPE_BF16}) {
+    ServingCase c = make(t, 8, 2, 128, {64, 1, 200, 0}, {64, 300, 150, 9}, QLayout::kRagged, KvLayout::kRagged);
+    c.q_token_major = true;
+    c.mask_flags = kBR;
+    out.push_back(c);
+  }
   // Windows and softcap per sequence (with and without a causal flag).
   {
     ServingCase c = make(FMHA_DTYPE_F32, 2, 1, 32, {17, 64, 3}, {40, 64, 90}, QLayout::kRagged, KvLayout::kRagged);
@@ -166,6 +174,7 @@ std::vector<ServingCase> serving_case_matrix() {
                            {ps == 1 ? 200 : 2100, 0, 1, 333}, QLayout::kDense, KvLayout::kPaged);
       c.page_size = ps;
       c.storage = st;
+      c.q_token_major = st == PageStorage::kTokenMajor;
       c.mask_flags = st == PageStorage::kHeadMajor ? 0u : kBR;
       out.push_back(c);
     }
@@ -184,6 +193,7 @@ std::vector<ServingCase> serving_case_matrix() {
                          KvLayout::kPaged);
     c.page_size = 16;
     c.storage = PageStorage::kTokenMajor;
+    c.q_token_major = mask == kBR;
     c.mask_flags = mask;
     out.push_back(c);
     c.page_size = 64;
@@ -246,13 +256,19 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
     std::copy(dims, dims + 4, q_dims_);
   }
   alloc(q_, q_dims_[0] * Hq * q_dims_[2] * D);
+  {
+    const int64_t N = q_dims_[2];
+    const int64_t bhnd[4] = {Hq * N * D, N * D, D, 1}, bnhd[4] = {N * Hq * D, D, Hq * D, 1};
+    std::copy(c.q_token_major ? bnhd : bhnd, (c.q_token_major ? bnhd : bhnd) + 4, q_strides_);
+  }
   for (int64_t b = 0; b < B; ++b) {
     const int64_t qb = c.q_layout == QLayout::kRagged ? 0 : b;
     const int64_t first = c.q_layout == QLayout::kRagged ? cu_q_[static_cast<size_t>(b)] : 0;
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t i = 0; i < c.len_q[static_cast<size_t>(b)]; ++i)
         for (int64_t d = 0; d < D; ++d)
-          store_element(q_.data(), dt, ((qb * Hq + h) * q_dims_[2] + first + i) * D + d, normal());
+          store_element(q_.data(), dt,
+                        qb * q_strides_[0] + h * q_strides_[1] + (first + i) * q_strides_[2] + d, normal());
   }
 
   // k, v: where key j of sequence b lives, (batch or page, seq or slot).
@@ -344,8 +360,7 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
     std::copy(dims, dims + 4, t->dims);
     std::copy(strides, strides + 4, t->strides);
   };
-  const int64_t q_strides[4] = {Hq * q_dims_[2] * D, q_dims_[2] * D, D, 1};
-  view(&p.q, q_.data(), q_dims_, q_strides);
+  view(&p.q, q_.data(), q_dims_, q_strides_);
   view(&p.k, k_.data(), kv_dims_, kv_strides_);
   view(&p.v, v_.data(), kv_dims_, kv_strides_);
   p.mask_flags = c.mask_flags;
@@ -431,8 +446,7 @@ CaseResult PreparedServingCase::run(fmha_handle handle, DeviceMemory& memory, co
   if (p.block_table) p.block_table = static_cast<const int32_t*>(in[6].dev->get());
   p.o = p.q;
   p.o.data = static_cast<unsigned char*>(o_dev.get()) + kGuardBytes;
-  const int64_t o_strides[4] = {q_dims_[1] * q_dims_[2] * D, q_dims_[2] * D, D, 1};
-  std::copy(o_strides, o_strides + 4, p.o.strides);
+  std::copy(q_strides_, q_strides_ + 4, p.o.strides);  // o is stored like q
   p.lse = c.with_lse ? reinterpret_cast<float*>(static_cast<unsigned char*>(lse_dev.get()) + kGuardBytes) : nullptr;
   p.kernel = options.kernel;
   p.num_splits = options.num_splits;
@@ -484,15 +498,18 @@ CaseResult PreparedServingCase::run(fmha_handle handle, DeviceMemory& memory, co
   std::vector<uint8_t> unwritten(actual.size());
   for (int64_t row = 0; row < rows; ++row) {
     const bool owned = ref_.owned[static_cast<size_t>(row)] != 0;
+    // Row (b, h, i) of the reference's [B, Hq, N] order, in o's storage.
+    const int64_t i = row % q_dims_[2], h = row / q_dims_[2] % q_dims_[1], b = row / q_dims_[2] / q_dims_[1];
+    const int64_t at = b * q_strides_[0] + h * q_strides_[1] + i * q_strides_[2];
     for (int64_t d = 0; d < D; ++d) {
       const int64_t e = row * D + d;
-      const bool poison = is_poison(o_view, dt, e);
+      const bool poison = is_poison(o_view, dt, at + d);
       if (!owned) {
         r.outside_writes += !poison;
         continue;  // actual = expected = 0
       }
       unwritten[static_cast<size_t>(e)] = poison;
-      actual[static_cast<size_t>(e)] = load_element(o_view, dt, e);
+      actual[static_cast<size_t>(e)] = load_element(o_view, dt, at + d);
     }
   }
   r.o = compare_values(actual.data(), unwritten.data(), ref_.o.data(), rows * D);
@@ -516,7 +533,7 @@ CaseResult PreparedServingCase::run(fmha_handle handle, DeviceMemory& memory, co
     r.lse_checked = true;
     std::vector<float> lse(static_cast<size_t>(rows));
     std::vector<uint8_t> lse_unwritten(lse.size());
-    std::memcpy(lse.data(), lse_back.data() + kGuardBytes, lse.size() * 4);
+    if (!lse.empty()) std::memcpy(lse.data(), lse_back.data() + kGuardBytes, lse.size() * 4);
     for (size_t e = 0; e < lse.size(); ++e) {
       const bool poison = is_poison(lse_back.data() + kGuardBytes, FMHA_DTYPE_F32, static_cast<int64_t>(e));
       if (!ref_.owned[e]) {

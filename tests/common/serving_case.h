@@ -59,6 +59,9 @@ struct ServingCase {
   std::vector<int64_t> len_q;
   std::vector<int64_t> len_k;
   QLayout q_layout = QLayout::kRagged;
+  // q and o stored token-major, [B, N, Hq, D] (packed: [total_q, Hq, D],
+  // FlashAttention's varlen layout); else [B, Hq, N, D].
+  bool q_token_major = false;
   KvLayout kv_layout = KvLayout::kDense;
   // Give seqused_k (always with kPaged; with kDense whenever lengths
   // differ). Each sequence then holds kv_spare keys beyond the ones it sees
@@ -127,6 +130,7 @@ class PreparedServingCase {
   uint64_t base_seed_ = 0;
   uint64_t seed_ = 0;
   int64_t q_dims_[4] = {0, 0, 0, 0};
+  int64_t q_strides_[4] = {0, 0, 0, 0};  // q's and o's
   int64_t kv_dims_[4] = {0, 0, 0, 0};
   int64_t kv_strides_[4] = {0, 0, 0, 0};
   std::vector<unsigned char> q_, k_, v_;  // host tensors, contiguous (k, v: kv_strides_)

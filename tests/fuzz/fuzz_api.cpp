@@ -193,13 +193,27 @@ Arena& arena() {
   return a;
 }
 
-// The element offsets of a tensor, or false when there are more than `cap`
+// The serving metadata (cu_seqlens_q/k, seqused_k, block_table): kMetaLen
+// int32 each, outside the arena (the kernels read them; o never aliases
+// them), device-visible on a CUDA handle.
+constexpr size_t kMetaLen = 64;
+int32_t* metadata() {
+#if FMHA_FUZZ_CUDA
+  static int32_t* m = reinterpret_cast<int32_t*>(device_bytes(4 * kMetaLen * sizeof(int32_t)));
+  return m;
+#else
+  static int32_t m[4 * kMetaLen];
+  return m;
+#endif
+}
+
+// The element offsets of a tensor (none for an empty one), or false when there are more than `cap`
 // elements or the offsets overflow.
 bool tensor_offsets(const fmha_tensor& t, size_t cap, std::vector<int64_t>* out) {
   out->clear();
   uint64_t count = 1;
   for (int d = 0; d < 4; ++d) {
-    if (t.dims[d] <= 0 || t.strides[d] < 0) return false;
+    if (t.dims[d] < 0 || t.strides[d] < 0) return false;  // 0: an empty tensor, no offsets
     if (__builtin_mul_overflow(count, static_cast<uint64_t>(t.dims[d]), &count) || count > cap) return false;
   }
   for (int64_t b = 0; b < t.dims[0]; ++b)
@@ -296,7 +310,7 @@ void* pick_pointer(Bytes& in, size_t default_offset) {
 // ---- what the inputs reached (fuzz_replay prints it) -----------------------------
 
 struct Stats {
-  long inputs = 0, accepted = 0, forwards = 0, rows_checked = 0, rows_nan = 0, rows_empty = 0;
+  long inputs = 0, accepted = 0, forwards = 0, serving_forwards = 0, rows_checked = 0, rows_nan = 0, rows_empty = 0;
 } g_stats;
 
 // ---- the float64 reference -----------------------------------------------------
@@ -546,7 +560,57 @@ void run_one(Bytes& in) {
   p.kernel = kKernels[in.below(8)];
   p.num_splits = in.below(6) == 0 ? static_cast<int32_t>(in.u32()) : static_cast<int32_t>(in.below(3));
   if (in.below(32) == 0) p.reserved_ = static_cast<int32_t>(in.u32());
-  if (in.below(32) == 0) p.struct_size = in.u32();
+  // The 0.2 serving fields, now and then: host-known values small, at the
+  // edges or anything; metadata contents anything (the kernels must stay
+  // in bounds whatever they hold). A V1 struct_size must hide them.
+  bool serving = false;
+  if (in.below(4) == 0) {
+    serving = true;
+    int32_t* meta = metadata();
+    // From a seed, so the contents do not use up the input: mostly small
+    // (-2..37), a quarter anything (huge and negative included).
+    uint32_t x32 = in.u32() | 1u;
+    for (size_t x = 0; x < 4 * kMetaLen; ++x) {
+      x32 = x32 * 1664525u + 1013904223u;
+      const uint32_t r = x32 ^ (x32 >> 15) * 2654435761u;
+      meta[x] = (r & 3u) == 0 ? static_cast<int32_t>(r) : static_cast<int32_t>(r >> 8 & 0xffu) % 40 - 2;
+    }
+    const uint32_t which = in.u8();
+    const bool ragged_q = which & 1u, paged = which & 4u, ragged_k = (which & 2u) && !paged;
+    auto small_or_any = [&](uint32_t edge) -> int32_t {
+      return in.below(8) == 0 ? static_cast<int32_t>(in.u32()) : static_cast<int32_t>(in.below(edge));
+    };
+    auto upto = [&](int64_t n) {  // in [0, min(n, 80)]
+      return static_cast<int32_t>(in.below(static_cast<uint32_t>(std::clamp<int64_t>(n, 0, 80) + 1)));
+    };
+    if (ragged_q) p.cu_seqlens_q = meta;
+    if (ragged_k) p.cu_seqlens_k = meta + kMetaLen;
+    if (paged || (which & 8u)) p.seqused_k = meta + 2 * kMetaLen;
+    if (paged) p.block_table = meta + 3 * kMetaLen;
+    if (in.below(8) == 0) {  // fields at random: mostly refused, each with its message
+      p.num_seqs = small_or_any(kMetaLen - 1);
+      p.max_seqlen_q = small_or_any(80);
+      p.max_seqlen_k = small_or_any(80);
+      p.block_table_stride = in.below(8) == 0 ? static_cast<int64_t>(in.u64()) : static_cast<int64_t>(in.below(8));
+      if (which & 16u) p.cu_seqlens_k = meta + kMetaLen;  // with a block table: exclusive
+      if (which & 32u) p.seqused_k = nullptr;
+    } else {  // consistent fields, so that forwards run
+      if (ragged_q) p.q.dims[0] = p.o.dims[0] = 1;
+      if (ragged_k) p.k.dims[0] = p.v.dims[0] = 1;
+      if (ragged_q || ragged_k)
+        p.num_seqs = !ragged_q ? static_cast<int32_t>(std::clamp<int64_t>(p.q.dims[0], 0, INT32_MAX))
+                     : !ragged_k && !paged ? static_cast<int32_t>(std::clamp<int64_t>(p.k.dims[0], 0, INT32_MAX))
+                                           : static_cast<int32_t>(in.below(kMetaLen));
+      if (ragged_q) p.max_seqlen_q = upto(p.q.dims[2]);
+      if (ragged_k) p.max_seqlen_k = upto(p.k.dims[2]);
+      if (paged) {
+        p.block_table_stride = 1 + in.below(7);
+        p.max_seqlen_k = in.below(2) ? 0 : upto(p.block_table_stride * std::min<int64_t>(p.k.dims[2], 80));
+      }
+    }
+    if (in.below(16) == 0) p.reserved2_ = static_cast<int32_t>(in.u32());
+  }
+  if (in.below(32) == 0) p.struct_size = in.below(2) ? FMHA_FORWARD_PARAMS_SIZE_V1 : in.u32();
   const bool null_params = in.below(64) == 0;
 
   // Data: values k/64 in [-2, 2], a few non-finite ones when asked for.
@@ -649,6 +713,13 @@ void run_one(Bytes& in) {
   const uint32_t ws_choice = in.below(8);
   const size_t give = ws_choice == 0 && ws_bytes > 0 ? ws_bytes - 1 : ws_bytes;
   if (!small) return;  // accepted but too large (or outside the arena) to run here
+  if (serving && p.struct_size != FMHA_FORWARD_PARAMS_SIZE_V1) {
+    // The metadata arrays hold kMetaLen entries: a batch that needs more
+    // is the caller's error (memory smaller than described), not run.
+    const int64_t batch = p.cu_seqlens_q || p.cu_seqlens_k ? p.num_seqs : p.q.dims[0];
+    if (batch + 1 > static_cast<int64_t>(kMetaLen)) return;
+    if (p.block_table && batch * p.block_table_stride > static_cast<int64_t>(kMetaLen)) return;
+  }
 #if FMHA_FUZZ_CUDA
   struct Managed {
     unsigned char* p;
@@ -666,6 +737,7 @@ void run_one(Bytes& in) {
   cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after fmha_forward");
 #endif
   ++g_stats.forwards;
+  if (serving && p.struct_size != FMHA_FORWARD_PARAMS_SIZE_V1) ++g_stats.serving_forwards;
   if (ws_choice == 0 && ws_bytes > 0) {
     if (s_fw != FMHA_ERROR_WORKSPACE_TOO_SMALL) violated("a workspace one byte short gave status %d", s_fw);
   } else if (s_fw != FMHA_SUCCESS) {
@@ -684,16 +756,19 @@ void run_one(Bytes& in) {
   if (p.lse) std::memset(&writable[reinterpret_cast<unsigned char*>(p.lse) - a.bytes], 1, rows * 4);
   for (size_t i = 0; i < kArena; ++i)
     if (!writable[i] && a.bytes[i] != snapshot[i]) violated("the forward wrote arena byte %zu outside o and lse", i);
-  check_numerics(p, dtype, snapshot.data());
+  // The dense reference only; serving layouts (when the struct carries
+  // them) are checked against theirs in tests/cpu and tests/gpu.
+  if (!serving || p.struct_size == FMHA_FORWARD_PARAMS_SIZE_V1) check_numerics(p, dtype, snapshot.data());
 }
 
 }  // namespace
 
 extern "C" void fmha_fuzz_stats(char* buf, size_t len) {
   std::snprintf(buf, len,
-                "%ld inputs: %ld accepted by validation, %ld forwards run; rows checked against float64: %ld, "
-                "NaN rows: %ld, rows without keys: %ld",
-                g_stats.inputs, g_stats.accepted, g_stats.forwards, g_stats.rows_checked, g_stats.rows_nan,
+                "%ld inputs: %ld accepted by validation, %ld forwards run (%ld with serving fields); rows checked "
+                "against float64: %ld, NaN rows: %ld, rows without keys: %ld",
+                g_stats.inputs, g_stats.accepted, g_stats.forwards, g_stats.serving_forwards, g_stats.rows_checked,
+                g_stats.rows_nan,
                 g_stats.rows_empty);
 }
 

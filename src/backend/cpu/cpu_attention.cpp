@@ -36,6 +36,13 @@
 // on the problem only, never on the thread count, so any number of threads
 // gives bitwise the same result.
 //
+// Serving layouts (packed q/k, seqused_k, paged K/V): a work item belongs
+// to one sequence b, whose extent comes from core/seq_layout.h (seq_extent,
+// clamped; page_slot for each paged key), so its query rows, keys and mask
+// diagonal are its own; the plan (blocks, splits) is that of the bound
+// problem (max_seqlen_q/k), and blocks or splits past a shorter sequence's
+// end are empty. The metadata is never read outside those two functions.
+//
 // Threads: the work items, (batch, query head, query block) or, packed,
 // (batch, kv head, key split), go to the pool longest first; each worker
 // computes in its own cache-line-aligned slice of the caller's workspace, so
@@ -556,14 +563,19 @@ struct Seq {
   FMHA_CPU_INLINE int64_t lse_at(int64_t h, int64_t i) const {
     return p->layout.ragged_q() ? h * p->layout.total_q + e.q_begin + i : (b * p->heads_q + h) * p->seq_q + i;
   }
-  // Key j (< e.len_k) of kv head hk in k or v; paged keys through the
-  // block table (page_slot clamps the page id).
-  FMHA_CPU_INLINE int64_t key_at(const Operand& op, int64_t hk, int64_t j) const {
+  // Key j (< e.len_k) of kv head hk: its element offsets in k and in v
+  // (one block-table lookup for both; page_slot clamps the page id).
+  FMHA_CPU_INLINE void key_at(int64_t hk, int64_t j, int64_t* k_at, int64_t* v_at) const {
+    const Operand& k = p->k;
+    const Operand& v = p->v;
     if (p->layout.paged()) {
       const PageSlot ps = page_slot(p->layout, b, j);
-      return ps.page * op.stride[0] + hk * op.stride[1] + ps.slot * op.stride[2];
+      *k_at = ps.page * k.stride[0] + hk * k.stride[1] + ps.slot * k.stride[2];
+      *v_at = ps.page * v.stride[0] + hk * v.stride[1] + ps.slot * v.stride[2];
+      return;
     }
-    return kb * op.stride[0] + hk * op.stride[1] + (e.k_begin + j) * op.stride[2];
+    *k_at = kb * k.stride[0] + hk * k.stride[1] + (e.k_begin + j) * k.stride[2];
+    *v_at = kb * v.stride[0] + hk * v.stride[1] + (e.k_begin + j) * v.stride[2];
   }
 };
 
@@ -744,17 +756,19 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     for (int64_t j = 0; j < bc; ++j) {
       if (prefetch && j < next_bc) {
         const int64_t jn = (t + 1) * KT + j;
-        const char* kn = static_cast<const char*>(k.data) + sq.key_at(k, hk, jn) * dtype_size(dt);
-        const char* vn = static_cast<const char*>(v.data) + sq.key_at(v, hk, jn) * dtype_size(dt);
+        int64_t k_at, v_at;
+        sq.key_at(hk, jn, &k_at, &v_at);
+        const char* kn = static_cast<const char*>(k.data) + k_at * dtype_size(dt);
+        const char* vn = static_cast<const char*>(v.data) + v_at * dtype_size(dt);
         for (int64_t at = 0; at < D * dtype_size(dt); at += kAlignBytes) {
           prefetch_read(kn + at);
           prefetch_read(vn + at);
         }
       }
-      load_row(static_cast<const char*>(k.data) + sq.key_at(k, hk, j0 + j) * dtype_size(dt), k.stride[3], D, dt,
-               kt + j * DP);
-      load_row(static_cast<const char*>(v.data) + sq.key_at(v, hk, j0 + j) * dtype_size(dt), v.stride[3], D, dt,
-               vt + j * DP);
+      int64_t k_at, v_at;
+      sq.key_at(hk, j0 + j, &k_at, &v_at);
+      load_row(static_cast<const char*>(k.data) + k_at * dtype_size(dt), k.stride[3], D, dt, kt + j * DP);
+      load_row(static_cast<const char*>(v.data) + v_at * dtype_size(dt), v.stride[3], D, dt, vt + j * DP);
     }
 
     // A NaN or inf in V meets zero probabilities in the product below (0 *

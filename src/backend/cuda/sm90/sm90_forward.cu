@@ -113,6 +113,9 @@ const char* sm90_supports(const Problem& p, const DeviceInfo& dev) {
   if (!dispatch_instance(p.dtype, p.head_dim, [](auto, auto) {}))
     return "(dtype, head_dim) not instantiated (this build of the sm90 family runs head dims " FMHA_SM90_HEAD_DIM_TEXT ")";
   if (p.seq_q > kMaxFwdSeq || p.seq_k > kMaxFwdSeq) return "sequence too long for int32 positions";
+  // A tensor map cannot describe an empty k/v; the other families write
+  // O = 0, lse = -inf for such rows.
+  if (p.seq_k == 0) return "no keys (Nk = 0): the copy engine cannot map an empty K/V";
   const struct {
     const Operand* op;
     int64_t seq, heads;
