@@ -226,8 +226,14 @@ struct TileLoader {
     if constexpr (kRows > 16) {
       if (run == 16) return load_runs<16>(smem_tile, base, stride, row_offset, row0, n, tid);
     }
-    // Any page size: one table read per row, a few rows in flight (a full
-    // unroll would hold every row's address in registers at once).
+    load_rowwise(smem_tile, base, row_offset, row0, n, tid);
+  }
+
+  // Any page size: one table read per row, a few rows in flight (a full
+  // unroll would hold every row's address in registers at once).
+  template <class RowOffset>
+  __device__ static void load_rowwise(uint32_t smem_tile, const T* base, RowOffset row_offset, int row0, int n,
+                                      int tid) {
 #pragma unroll 4
     for (int pass = 0; pass < kPasses; ++pass) {
       int r, c;
@@ -253,6 +259,8 @@ struct TileLoader {
         const T* g = run_base + static_cast<int64_t>(in_run + r) * stride + c * 8;
         cp_async_16(smem_tile + swizzle<Cfg::kPitch>(first + r, c), in ? g : base, in);
       }
+    } else {
+      load_rowwise(smem_tile, base, row_offset, row0, n, tid);  // page_run() never picks such a kRun
     }
   }
 };
