@@ -142,6 +142,7 @@ TEST_CASE("serving: ragged queries and keys, every mask, GQA/MQA") {
         c.kv_layout = KvLayout::kRagged;
         c.q_tail = 3;
         c.k_tail = 2;
+        c.q_token_major = n % 3 == 0;  // FlashAttention's varlen q/o [total_q, Hq, D]
         set_mask(&c, m);
         cases.push_back(c);
       }
@@ -210,6 +211,7 @@ TEST_CASE("serving: decode Nq = 1..8, GQA 32/8 D=128, paged and seqused_k, split
       c.len_q = std::vector<int64_t>(4, nq);
       c.len_k = {1100, 3, 0, 257};
       c.q_layout = nq % 2 ? QLayout::kDense : QLayout::kRagged;
+      c.q_token_major = nq % 4 == 1;
       if (nq % 3 == 0) {
         c.kv_layout = KvLayout::kDense;
         c.seqused_k = true;
