@@ -9,7 +9,8 @@
 //                  outside the rows' key range are never loaded)
 //   TileLoader     global -> swizzled shared memory with 16-byte cp.async,
 //                  zero-filling rows past the sequence end; paged K/V
-//                  gathered row by row through the block table
+//                  gathered through the block table, one read per page
+//                  run of a tile (or per row for other page sizes)
 //   WarpQK         S = Q K^T for the warp's rows: ldmatrix + mma.sync
 //   ScoreMask      softcap and the element-wise mask of boundary tiles
 //                  (common/score_mask.cuh)
