@@ -5,7 +5,10 @@
 #
 #   1. configure and build libfmha, test_gpu, test_api and fuzz_replay_cuda
 #      (Release, sm_90 machine code)
-#   2. test_gpu's case matrix: every CUDA kernel forced by name (and the
+#   2. test_gpu's "CUDA handle:" cases (tests/gpu/test_gpu_serving_api.cpp:
+#      host metadata on a CUDA handle and device metadata on a CPU handle are
+#      refused naming the field, nothing written; empty work with NULL
+#      pointers succeeds for every forced kernel), then its case matrix: every CUDA kernel forced by name (and the
 #      automatic choice) over every group, including "empty work" (Nk = 0
 #      with both causal alignments, B = 0, Nq = 0): the Nk = 0 cases run
 #      the kernels with no key tile and must give O = 0, lse = -inf; B = 0
@@ -50,6 +53,7 @@ step configure "$out/configure.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE
 step build "$out/build.log" cmake --build "$bdir" -j16 --target fmha test_gpu test_api fuzz_replay_cuda || exit 1
 
 step test_api "$out/test_api.log" "$bdir/tests/test_api" || status=1
+step serving-api "$out/serving_api.log" "$bdir/tests/test_gpu" -tc="CUDA handle:*" || status=1
 step matrix "$out/matrix.log" "$bdir/tests/test_gpu" -tc="every CUDA kernel over the case matrix" || status=1
 cs=(compute-sanitizer --error-exitcode 99 --print-limit 30 --tool memcheck)
 step matrix-memcheck "$out/matrix_memcheck.log" env FMHA_TEST_QUICK=2 "${cs[@]}" \
