@@ -79,15 +79,20 @@ FMHA_HOST_DEVICE SeqExtent seq_extent(const SeqLayout& L, int64_t b) {
 // The page holding key j (0 <= j < len_k of sequence b) of a paged layout,
 // clamped to [0, num_pages), and the key's slot in it. j < len_k <=
 // block_table_stride * page_size keeps the table index inside row b.
+// The four-argument form takes entry = j / page_size from the caller (a
+// kernel with a faster divider); it must be exactly that quotient.
 struct PageSlot {
   int64_t page;
   int64_t slot;
 };
 
-FMHA_HOST_DEVICE PageSlot page_slot(const SeqLayout& L, int64_t b, int64_t j) {
-  const int64_t entry = j / L.page_size;
+FMHA_HOST_DEVICE PageSlot page_slot(const SeqLayout& L, int64_t b, int64_t j, int64_t entry) {
   const int64_t page = L.block_table[b * L.block_table_stride + entry];
   return {clamp_i64(page, 0, L.num_pages - 1), j - entry * L.page_size};
+}
+
+FMHA_HOST_DEVICE PageSlot page_slot(const SeqLayout& L, int64_t b, int64_t j) {
+  return page_slot(L, b, j, j / L.page_size);
 }
 
 }  // namespace fmha

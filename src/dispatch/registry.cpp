@@ -39,11 +39,15 @@ const KernelEntry kKernels[] = {
     {"cuda_sm90_ws", "Hopper family: wgmma + TMA, warp-specialized producer and consumer warpgroups (sm_90a)",
      FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}}, kFeatureDense, 16, 5,
      cuda::sm90_supports, cuda::sm90_workspace_bytes, cuda::sm90_forward, cuda::sm90_declines},
-    {"cuda_sm80_tc", "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping",
-     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureDense, 16, 10,
+    {"cuda_sm80_tc",
+     "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping; ragged, seqused_k and "
+     "paged K/V (fast page_size: 16, 32, 64 or a multiple of the key tile, 64 keys at head_dim 128 and 256, "
+     "128 at 32 and 64, not 16 at head_dim 32 nor any at 96: one block-table read per page and key tile; every "
+     "other page_size runs, reading the table once per key)",
+     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureAll, 16, 10,
      cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
-    {"cuda_generic", "general CUDA fallback: any head_dim <= 256, any strides, F32 too",
-     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureDense, 0, 50,
+    {"cuda_generic", "general CUDA fallback: any head_dim <= 256, any strides, F32 too, every serving layout",
+     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureAll, 0, 50,
      cuda::generic_supports, cuda::generic_workspace_bytes, cuda::generic_forward},
 #endif
     {"cpu_tiled",
@@ -149,6 +153,20 @@ const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& de
   if (!head_dim_ok(e.head_dims, p.head_dim))
     return reason(out, len, "does not run this head_dim", "does not run head_dim=%" PRId64, p.head_dim);
   const uint32_t missing = required_features(p) & ~e.features;
+  constexpr uint32_t kServing = kFeatureRagged | kFeatureSeqUsedK | kFeaturePaged;
+  if ((missing & kServing) && out == nullptr) return "does not run serving layouts";
+  if (missing & kServing) {
+    // Every serving feature it lacks, so a paged problem names the paging
+    // (explain only: dispatch passes over it without formatting).
+    char names[96] = "";
+    for (uint32_t bit : {kFeatureRagged, kFeatureSeqUsedK, kFeaturePaged})
+      if (missing & bit) {
+        const size_t used = std::strlen(names);
+        std::snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "", feature_name(bit));
+      }
+    return reason(out, len, "does not run serving layouts", "does not run serving layouts (this problem has %s)",
+                  names);
+  }
   if (missing) return unsupported_feature(missing & (~missing + 1), out, len);
   if (e.align_bytes > 0) {
     const int64_t elem = dtype_size(p.dtype);

@@ -16,7 +16,10 @@
 // suites: check (correctness matrix, pass/fail), seed (causal FP16 D=128,
 // N=512..32768), bf16, noncausal, d64, dims (causal FP16 D=32, 96, 256),
 // gqa (chunked prefill), decode, large (tensors past 2^31 elements, B*H past
-// 65535), all (= every perf suite).
+// 65535), serving (issue 9: BF16 GQA decode over contiguous, seqused_k and
+// paged KV caches in TB/s against the device copy bandwidth, and a ragged
+// causal prefill against a dense batch, in TFLOP/s; cuda_sm80_tc unless
+// --kernels names others), all (= every perf suite but serving).
 // Default: check,seed,bf16,noncausal,d64,gqa,decode.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -645,6 +648,253 @@ std::vector<std::string> split_list(const char* s) {
   return out;
 }
 
+
+// ---- the serving suite (issue 9) -----------------------------------------------------
+//
+// BF16 GQA 32/8 D=128 decode (Nq = 1) over a KV cache: contiguous, then paged
+// with page_size 16 and 64 and shuffled pages, on the same lengths; each
+// prints K+V bytes read / time in TB/s and its share of the measured
+// device-copy bandwidth (read + write bytes of a 1 GiB cudaMemcpyAsync), and
+// paged / contiguous. Then a ragged causal prefill (16 sequences, lengths
+// spread over 128..8192, packed q and k) against a dense causal batch of
+// about the same work, in TFLOP/s on the exact visible-pair count.
+
+struct ServingRow {
+  std::string what, kernel;
+  double ms = NAN, tbps = NAN, tflops = NAN, ratio = NAN;
+  std::string ratio_of;
+};
+
+// Device copy bandwidth in TB/s, counting bytes read plus bytes written.
+double copy_bandwidth(cudaStream_t stream) {
+  const size_t bytes = size_t{1} << 30;
+  void *a, *b;
+  CUDA_OK(cudaMalloc(&a, bytes));
+  CUDA_OK(cudaMalloc(&b, bytes));
+  const Timing t = time_runs(
+      [&](int) { return cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream) == cudaSuccess; }, stream, 20);
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * static_cast<double>(bytes) / (t.ms * 1e-3) / 1e12;
+}
+
+// A decode or prefill problem in a serving layout, on the device.
+struct ServingProblem {
+  int64_t B = 1, Hq = 32, Hk = 8, D = 128;
+  std::vector<int32_t> len_q, len_k;
+  bool ragged_q = false, ragged_k = false, seqused = false;
+  int64_t page_size = 0;  // > 0: paged, shuffled pages, [pages, page_size, Hk, D] storage
+  int64_t cap = 0;        // dense k capacity (max len_k)
+  uint32_t mask = FMHA_MASK_NONE;
+  fmha_dtype dt = FMHA_DTYPE_BF16;
+
+  std::vector<void*> allocs;
+  fmha_forward_params p{};
+  double kv_bytes = 0, pairs = 0;
+
+  void* dev(size_t bytes) {
+    void* x = nullptr;
+    CUDA_OK(cudaMalloc(&x, bytes < 16 ? 16 : bytes));
+    allocs.push_back(x);
+    return x;
+  }
+  void* upload(const std::vector<int32_t>& h) {
+    void* x = dev(h.size() * sizeof(int32_t));
+    CUDA_OK(cudaMemcpy(x, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    return x;
+  }
+  void build() {
+    B = static_cast<int64_t>(len_q.size());
+    fmha_forward_params_init(&p);
+    p.mask_flags = mask;
+    int64_t total_q = 0, total_k = 0, max_q = 0, max_k = 0;
+    for (size_t b = 0; b < len_q.size(); ++b) {
+      total_q += len_q[b], total_k += len_k[b];
+      max_q = std::max<int64_t>(max_q, len_q[b]), max_k = std::max<int64_t>(max_k, len_k[b]);
+      kv_bytes += 2.0 * len_k[b] * Hk * D * 2;
+      for (int64_t i = 0; i < len_q[b]; ++i) {  // causal bottom-right (or none) visible pairs
+        const int64_t hi = mask ? std::min<int64_t>(len_k[b], i + len_k[b] - len_q[b] + 1) : len_k[b];
+        pairs += static_cast<double>(std::max<int64_t>(hi, 0)) * Hq;
+      }
+    }
+    const int64_t qb = ragged_q ? 1 : B, qn = ragged_q ? total_q : max_q;
+    auto tensor = [&](void* data, int64_t d0, int64_t h, int64_t n, bool token_major) {
+      fmha_tensor t{};
+      t.data = data;
+      t.dtype = dt;
+      t.dims[0] = d0, t.dims[1] = h, t.dims[2] = n, t.dims[3] = D;
+      t.strides[0] = h * n * D, t.strides[1] = token_major ? D : n * D, t.strides[2] = token_major ? h * D : D;
+      t.strides[3] = 1;
+      return t;
+    };
+    auto filled = [&](int64_t elems, uint64_t seed) {
+      void* x = dev(static_cast<size_t>(elems) * 2);
+      fill_normal<<<blocks_for(elems, 256), 256>>>(static_cast<__nv_bfloat16*>(x), elems, seed);
+      return x;
+    };
+    p.q = tensor(filled(qb * Hq * qn * D, 7), qb, Hq, qn, false);
+    p.o = tensor(dev(static_cast<size_t>(qb * Hq * qn * D) * 2), qb, Hq, qn, false);
+    if (ragged_q) {
+      std::vector<int32_t> cu(1, 0);
+      for (int32_t n : len_q) cu.push_back(cu.back() + n);
+      p.cu_seqlens_q = static_cast<const int32_t*>(upload(cu));
+      p.max_seqlen_q = static_cast<int32_t>(max_q);
+    }
+    if (page_size > 0) {
+      std::vector<int64_t> pages_of(B);
+      int64_t pages = 0, stride = 0;
+      for (int64_t b = 0; b < B; ++b) {
+        pages_of[b] = (len_k[b] + page_size - 1) / page_size;
+        pages += pages_of[b];
+        stride = std::max(stride, pages_of[b]);
+      }
+      std::vector<int32_t> perm(pages);
+      for (int64_t i = 0; i < pages; ++i) perm[i] = static_cast<int32_t>(i);
+      uint64_t r = 12345;
+      for (int64_t i = pages - 1; i > 0; --i) {  // Fisher-Yates
+        r = mix64(r);
+        std::swap(perm[i], perm[r % static_cast<uint64_t>(i + 1)]);
+      }
+      std::vector<int32_t> table(B * stride, 0);
+      int64_t next = 0;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t e = 0; e < pages_of[b]; ++e) table[b * stride + e] = perm[next++];
+      p.k = tensor(filled(pages * Hk * page_size * D, 8), pages, Hk, page_size, true);
+      p.v = tensor(filled(pages * Hk * page_size * D, 9), pages, Hk, page_size, true);
+      p.block_table = static_cast<const int32_t*>(upload(table));
+      p.block_table_stride = stride;
+      p.seqused_k = static_cast<const int32_t*>(upload(len_k));
+    } else if (ragged_k) {
+      std::vector<int32_t> cu(1, 0);
+      for (int32_t n : len_k) cu.push_back(cu.back() + n);
+      p.k = tensor(filled(Hk * total_k * D, 8), 1, Hk, total_k, false);
+      p.v = tensor(filled(Hk * total_k * D, 9), 1, Hk, total_k, false);
+      p.cu_seqlens_k = static_cast<const int32_t*>(upload(cu));
+      p.max_seqlen_k = static_cast<int32_t>(max_k);
+    } else {
+      const int64_t n = std::max(cap, max_k);
+      p.k = tensor(filled(B * Hk * n * D, 8), B, Hk, n, false);
+      p.v = tensor(filled(B * Hk * n * D, 9), B, Hk, n, false);
+      if (seqused) p.seqused_k = static_cast<const int32_t*>(upload(len_k));
+    }
+    if (ragged_q || ragged_k) p.num_seqs = static_cast<int32_t>(B);
+    CUDA_OK(cudaDeviceSynchronize());
+  }
+  ~ServingProblem() {
+    for (void* x : allocs) cudaFree(x);
+  }
+};
+
+// Times `sp` on `kernel` (null = automatic); NaN when it cannot run it.
+double time_serving(fmha_handle h, cudaStream_t stream, ServingProblem& sp, const char* kernel, double group_ms) {
+  sp.p.kernel = kernel;
+  size_t ws_bytes = 0;
+  if (fmha_forward_workspace_size(h, &sp.p, &ws_bytes) != FMHA_SUCCESS) {
+    std::printf("  %s: %s\n", kernel ? kernel : "(auto)", fmha_last_error_message());
+    return NAN;
+  }
+  void* ws = nullptr;
+  if (ws_bytes) CUDA_OK(cudaMalloc(&ws, ws_bytes));
+  const Timing t = time_runs(
+      [&](int) {
+        const fmha_status s = fmha_forward(h, &sp.p, ws, ws_bytes);
+        if (s != FMHA_SUCCESS) std::printf("forward failed while timing: %s\n", fmha_last_error_message());
+        return s == FMHA_SUCCESS;
+      },
+      stream, group_ms);
+  if (ws) cudaFree(ws);
+  return t.ms;
+}
+
+int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::string>& kernels, double group_ms) {
+  const double copy = copy_bandwidth(stream);
+  std::printf("\nserving suite: device copy bandwidth %.2f TB/s (read + write of a 1 GiB cudaMemcpyAsync)\n", copy);
+  std::vector<ServingRow> rows;
+  auto decode = [&](const char* name, std::vector<int32_t> lens, bool mixed) {
+    for (const std::string& kn : kernels) {
+      double contiguous_ms = NAN;
+      for (int64_t ps : {int64_t{0}, int64_t{16}, int64_t{64}}) {
+        ServingProblem sp;
+        sp.len_q.assign(lens.size(), 1);
+        sp.len_k = lens;
+        sp.page_size = ps;
+        sp.seqused = mixed;
+        sp.cap = *std::max_element(lens.begin(), lens.end());
+        sp.build();
+        ServingRow r;
+        r.what = std::string(name) + (ps ? " paged ps=" + std::to_string(ps) + " shuffled" : mixed ? " seqused_k" : " contiguous");
+        r.kernel = kn;
+        r.ms = time_serving(h, stream, sp, kn.c_str(), group_ms);
+        r.tbps = sp.kv_bytes / (r.ms * 1e-3) / 1e12;
+        if (ps == 0) contiguous_ms = r.ms;
+        r.ratio = ps ? contiguous_ms / r.ms : r.tbps / copy;
+        r.ratio_of = ps ? "paged speed / contiguous" : "share of copy bandwidth";
+        std::printf("serving  %-13s %-44s ms %9.4f  K+V %6.3f TB/s  %s %.3f\n", kn.c_str(), r.what.c_str(), r.ms,
+                    r.tbps, r.ratio_of.c_str(), r.ratio);
+        std::fflush(stdout);
+        rows.push_back(r);
+      }
+    }
+  };
+  decode("decode B=1 Nk=131072", {131072}, false);
+  decode("decode B=16 Nk=8192", std::vector<int32_t>(16, 8192), false);
+  std::vector<int32_t> mixed(64);
+  uint64_t r = 99;
+  for (int32_t& n : mixed) {  // fill levels in [1024, 4096]
+    r = mix64(r);
+    n = static_cast<int32_t>(1024 + r % 3073);
+  }
+  mixed[0] = 4096;
+  decode("decode B=64 Nk<=4096 mixed", mixed, true);
+
+  // Ragged causal prefill vs a dense causal batch of about the same work.
+  std::vector<int32_t> lens(16);
+  for (int i = 0; i < 16; ++i)  // geometric spread over 128..8192
+    lens[i] = static_cast<int32_t>(std::lround(128.0 * std::pow(64.0, i / 15.0) / 64.0) * 64);
+  double sum_sq = 0;
+  for (int32_t n : lens) sum_sq += static_cast<double>(n) * n;
+  const int64_t dense_n = std::max<int64_t>(128, std::lround(std::sqrt(sum_sq / 16) / 128.0) * 128);
+  for (const std::string& kn : kernels) {
+    ServingProblem ragged;
+    ragged.len_q = lens;
+    ragged.len_k = lens;
+    ragged.ragged_q = ragged.ragged_k = true;
+    ragged.mask = FMHA_MASK_CAUSAL;
+    ragged.build();
+    ServingProblem dense;
+    dense.len_q.assign(16, static_cast<int32_t>(dense_n));
+    dense.len_k = dense.len_q;
+    dense.mask = FMHA_MASK_CAUSAL;
+    dense.build();
+    ServingRow rd, rr;
+    rd.what = "prefill dense causal B=16 N=" + std::to_string(dense_n);
+    rd.kernel = kn;
+    rd.ms = time_serving(h, stream, dense, kn.c_str(), group_ms);
+    rd.tflops = 4.0 * 128 * dense.pairs / (rd.ms * 1e-3) / 1e12;
+    rr.what = "prefill ragged causal 16 seqs 128..8192";
+    rr.kernel = kn;
+    rr.ms = time_serving(h, stream, ragged, kn.c_str(), group_ms);
+    rr.tflops = 4.0 * 128 * ragged.pairs / (rr.ms * 1e-3) / 1e12;
+    rr.ratio = rr.tflops / rd.tflops;
+    rr.ratio_of = "ragged TFLOP/s / dense";
+    for (const ServingRow* x : {&rd, &rr}) {
+      std::printf("serving  %-13s %-44s ms %9.4f  %6.1f TFLOP/s", kn.c_str(), x->what.c_str(), x->ms, x->tflops);
+      if (!std::isnan(x->ratio)) std::printf("  %s %.3f", x->ratio_of.c_str(), x->ratio);
+      std::printf("\n");
+      rows.push_back(*x);
+    }
+  }
+
+  std::printf("\n| serving case | kernel | ms | K+V TB/s | TFLOP/s | ratio | of |\n|---|---|---|---|---|---|---|\n");
+  for (const ServingRow& x : rows)
+    std::printf("| %s | %s | %.4f | %s | %s | %s | %s |\n", x.what.c_str(), x.kernel.c_str(), x.ms,
+                std::isnan(x.tbps) ? "-" : std::to_string(x.tbps).substr(0, 5).c_str(),
+                std::isnan(x.tflops) ? "-" : std::to_string(x.tflops).substr(0, 5).c_str(),
+                std::isnan(x.ratio) ? "-" : std::to_string(x.ratio).substr(0, 5).c_str(), x.ratio_of.c_str());
+  std::printf("(copy bandwidth %.2f TB/s)\n", copy);
+  return 0;
+}
+
 struct Row {
   Case c;
   std::string kernel;
@@ -686,7 +936,7 @@ int main(int argc, char** argv) {
     else if (a == "--group-ms") group_ms = std::atof(next());
     else {
       std::fprintf(stderr,
-                   "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,dims,gqa,decode,large|all] "
+                   "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,dims,gqa,decode,large,serving|all] "
                    "[--kernels a,b] [--n 2048,8192] [--splits n] [--no-check] [--check-all] [--group-ms x]\n");
       return 2;
     }
@@ -717,7 +967,12 @@ int main(int argc, char** argv) {
   std::printf("\n");
 
   std::vector<Case> cases;
+  bool serving = false;
   for (const std::string& s : suites) {
+    if (s == "serving") {
+      serving = true;
+      continue;
+    }
     std::vector<Case> add = s == "check" ? check_cases() : s == "large" ? large_cases() : perf_cases(s, ns);
     if (add.empty()) std::fprintf(stderr, "unknown or empty suite '%s'\n", s.c_str());
     cases.insert(cases.end(), add.begin(), add.end());
@@ -814,6 +1069,12 @@ int main(int argc, char** argv) {
                 c.suite.c_str(), r.kernel.c_str(), dtype_str(c.dtype), (long long)c.B, (long long)c.Hq,
                 (long long)c.Hk, (long long)c.Nq, (long long)c.Nk, (long long)c.D, mask_str(c).c_str(), ms, tf,
                 r.ws / 1048576.0, ma, rl, fa2, rf, rc);
+  }
+  if (serving) {
+    std::vector<std::string> sk;
+    for (const std::string& k : kernels)
+      if (!want_kernels.empty() || k == "cuda_sm80_tc") sk.push_back(k);
+    failures += run_serving(h, stream, sk, group_ms);
   }
   std::printf("\n%d failures\n", failures);
   fmha_destroy(h);

@@ -13,6 +13,9 @@
 #      and 4, against the float64 reference) under memcheck, racecheck,
 #      synccheck and initcheck, each on a sample of the matrix
 #      (FMHA_TEST_QUICK = every n-th case)
+#   3. build/tests/fuzz/fuzz_metadata_cuda under memcheck: serving layouts
+#      with garbage device metadata (cu_seqlens, seqused_k, block_table) on
+#      every CUDA kernel; no access may leave the tensors' extents (issue 9)
 #
 # and writes one log per step and summary.txt (counts, durations, sanitizer
 # error summaries) into the log folder given as the argument:
@@ -25,6 +28,7 @@
 #   SANITIZE_FUZZ_MAX       corpus inputs replayed under memcheck (default 400)
 #   SANITIZE_QUICK_MEMCHECK, _RACECHECK, _SYNCCHECK, _INITCHECK
 #                           FMHA_TEST_QUICK per tool (defaults 3, 12, 6, 6)
+#   SANITIZE_METADATA_ITERS problems of the metadata fuzz (default 60)
 #   SANITIZE_TIMEOUT        seconds per step (default 900)
 set -u -o pipefail
 
@@ -51,7 +55,7 @@ step() {
   timeout "$tmo" "$@" >>"$log" 2>&1
   local rc=$?
   note "$(printf '%-22s rc=%-3s %5ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(basename "$log")")"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|fuzz_replay[_a-z]*:|\[doctest\] (test cases|assertions)" "$log" |
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|fuzz_replay[_a-z]*:|fuzz_metadata_cuda: [0-9]|\[doctest\] (test cases|assertions)" "$log" |
     sed 's/^/    /' | tee -a "$summary"
   return $rc
 }
@@ -62,8 +66,9 @@ note "$(compute-sanitizer --version 2>&1 | tail -1)"
 
 fuzz="$bdir/tests/fuzz/fuzz_replay_cuda"
 gpu="$bdir/tests/test_gpu"
-if [ ! -x "$fuzz" ] || [ ! -x "$gpu" ]; then
-  step build "$out/build.log" cmake --build "$bdir" --target fuzz_replay_cuda test_gpu ||
+meta="$bdir/tests/fuzz/fuzz_metadata_cuda"
+if [ ! -x "$fuzz" ] || [ ! -x "$gpu" ] || [ ! -x "$meta" ]; then
+  step build "$out/build.log" cmake --build "$bdir" --target fuzz_replay_cuda test_gpu fuzz_metadata_cuda ||
     { note "build failed: is $bdir configured with CUDA and tests?"; exit 1; }
 fi
 corpus="$root/tests/fuzz/corpus"
@@ -86,6 +91,10 @@ FMHA_TEST_QUICK=${SANITIZE_QUICK_SYNCCHECK:-6} \
   step matrix-synccheck "$out/matrix_synccheck.log" "${cs[@]}" --tool synccheck "$gpu" "${matrix[@]}" || status=1
 FMHA_TEST_QUICK=${SANITIZE_QUICK_INITCHECK:-6} \
   step matrix-initcheck "$out/matrix_initcheck.log" "${cs[@]}" --tool initcheck "$gpu" "${matrix[@]}" || status=1
+
+# ---- 3. garbage serving metadata under memcheck --------------------------------------
+step metadata-memcheck "$out/metadata_memcheck.log" "${cs[@]}" --tool memcheck \
+  "$meta" --iters "${SANITIZE_METADATA_ITERS:-60}" || status=1
 
 note "sanitize.sh: $([ $status = 0 ] && echo PASS || echo FAIL)"
 exit $status

@@ -51,6 +51,26 @@ __device__ __forceinline__ void finalize_rows(float (&o)[kMSlices][kDTiles][4], 
 
 // lse of the lane's rows of work tile w to p.lse (when p.lse is set); one
 // lane of each quad writes, rows at or past p.rows are skipped.
+// With a sequence `seq` (common/fwd_params.h: FwdSeq), rows at or past
+// seq.rows are skipped and the lse sits where seq says (a ragged batch's
+// [Hq, total_q]).
+template <int kMSlices>
+__device__ __forceinline__ void store_lse(const FwdParams& p, const WorkTile& w, const FwdSeq& seq,
+                                          const float (&lse)[kMSlices][2], int lane_row, int lane) {
+  if (p.lse == nullptr || (lane & 3) != 0) return;
+#pragma unroll
+  for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = lane_row + ms * 16 + 8 * hh;
+      if (r >= seq.rows) continue;
+      int64_t h;
+      int i;
+      w.locate(p, r, &h, &i);
+      p.lse[seq.lse_row0 + h * seq.lse_head + i] = lse[ms][hh];
+    }
+}
+
 template <int kMSlices>
 __device__ __forceinline__ void store_lse(const FwdParams& p, const WorkTile& w, const float (&lse)[kMSlices][2],
                                           int lane_row, int lane) {

@@ -88,6 +88,8 @@ FwdParams make_fwd_params(const Problem& p, const FwdGrid& g, void* workspace) {
   } else {
     f.score_log2 = p.scale * kLog2e;
   }
+  f.layout = p.layout;
+  if (p.layout.paged()) f.page_div = FastDiv(p.layout.page_size);
   f.num_m_tiles = static_cast<int>(g.m_tiles);
   f.num_splits = g.splits;
   if (g.splits > 1) {
@@ -114,6 +116,7 @@ SplitCombineParams fwd_combine_params(const FwdParams& p) {
   c.pack = p.pack;
   c.head_dim = p.head_dim;
   c.splits = p.num_splits;
+  c.layout = p.layout;
   return c;
 }
 

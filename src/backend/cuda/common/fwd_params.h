@@ -8,8 +8,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda/common/fast_div.h"
 #include "backend/cuda/common/split_combine.h"
+#include "core/host_device.h"
 #include "core/problem.h"
+#include "core/seq_layout.h"
 
 namespace fmha::cuda {
 
@@ -53,7 +56,103 @@ struct FwdParams {
   float softcap_in, softcap_out;
   int num_m_tiles;       // query blocks per unit
   int num_splits;        // 1 = write o (and lse) directly
+  // Serving layouts (core/seq_layout.h; Problem::layout): with layout.any(),
+  // batch b is sequence b, seq_q / seq_k / rows are the host-known bounds
+  // (max_seqlen_q/k), and each work tile resolves its sequence with
+  // fwd_seq() below; the kernels read no metadata when !layout.any().
+  SeqLayout layout;
+  FastDiv page_div;      // layout.page_size, for paged K/V
 };
+
+// Which operand layout a launch reads, for families that instantiate a
+// kernel per layout (the dense one then reads no metadata at all).
+enum class SeqMode {
+  kDense,       // no serving layout (SeqLayout::any() false)
+  kContiguous,  // ragged q/k or seqused_k, contiguous K/V rows
+  kPaged,       // a block table (with or without ragged queries)
+};
+
+inline SeqMode seq_mode(const SeqLayout& L) {
+  return L.paged() ? SeqMode::kPaged : L.any() ? SeqMode::kContiguous : SeqMode::kDense;
+}
+
+// One sequence of a work tile (core/seq_layout.h's seq_extent, clamped),
+// narrowed for the kernels: every length is at most the int32 bound of
+// FwdParams. Offsets are in elements.
+struct FwdSeq {
+  int len_q;            // Nq(b)
+  int len_k;            // Nk(b)
+  int rows;             // Nq(b) * pack: the unit's valid rows
+  int64_t diag_offset;  // this sequence's d(i) = i + diag_offset
+  int64_t q_offset;     // query 0 of sequence b in q (head 0, dim 0)
+  int64_t o_offset;     // the same in o
+  int64_t k_offset;     // key 0 in k (contiguous K/V; unused when paged)
+  int64_t v_offset;     // key 0 in v
+  int64_t lse_row0;     // lse index of (head 0, query 0); head h adds h * lse_head
+  int64_t lse_head;
+};
+
+// Sequence b of p. Dense: the batch strides position it, lengths are the
+// Problem's. Ragged queries start at row q_begin of the batch-1 q/o and the
+// lse is [Hq, total_q]; ragged keys at row k_begin of the batch-1 k/v.
+// fwd_seq_dense is the dense case alone (what a kernel instantiated for
+// dense problems calls, so it compiles no metadata reads).
+FMHA_HOST_DEVICE FwdSeq fwd_seq_dense(const FwdParams& p, int64_t b) {
+  FwdSeq s;
+  s.len_q = p.seq_q;
+  s.len_k = p.seq_k;
+  s.rows = p.rows;
+  s.diag_offset = p.diag_offset;
+  s.q_offset = b * p.q_stride[0];
+  s.o_offset = b * p.o_stride[0];
+  s.k_offset = b * p.k_stride[0];
+  s.v_offset = b * p.v_stride[0];
+  s.lse_row0 = b * p.heads_q * p.seq_q;
+  s.lse_head = p.seq_q;
+  return s;
+}
+
+FMHA_HOST_DEVICE FwdSeq fwd_seq(const FwdParams& p, int64_t b) {
+  if (!p.layout.any()) return fwd_seq_dense(p, b);
+  FwdSeq s;
+  const SeqExtent e = seq_extent(p.layout, b);
+  s.len_q = static_cast<int>(e.len_q);
+  s.len_k = static_cast<int>(e.len_k);
+  s.rows = s.len_q * p.pack;
+  s.diag_offset = e.diag_offset;
+  if (p.layout.ragged_q()) {
+    s.q_offset = e.q_begin * p.q_stride[2];
+    s.o_offset = e.q_begin * p.o_stride[2];
+    s.lse_row0 = e.q_begin;
+    s.lse_head = p.layout.total_q;
+  } else {
+    s.q_offset = b * p.q_stride[0];
+    s.o_offset = b * p.o_stride[0];
+    s.lse_row0 = b * p.heads_q * p.seq_q;
+    s.lse_head = p.seq_q;
+  }
+  if (p.layout.ragged_k()) {
+    s.k_offset = e.k_begin * p.k_stride[2];
+    s.v_offset = e.k_begin * p.v_stride[2];
+  } else {
+    s.k_offset = p.layout.paged() ? 0 : b * p.k_stride[0];
+    s.v_offset = p.layout.paged() ? 0 : b * p.v_stride[0];
+  }
+  return s;
+}
+
+// The element offsets, relative to head 0 of k and v, of key j (0 <= j <
+// Nk(b)) of paged sequence b: core/seq_layout.h's page_slot, its quotient
+// j / page_size taken by FwdParams::page_div.
+struct KvRow {
+  int64_t k, v;
+};
+
+FMHA_HOST_DEVICE KvRow paged_kv_row(const FwdParams& p, int64_t b, int j) {
+  const uint32_t entry = p.page_div.div(static_cast<uint32_t>(j));
+  const PageSlot ps = page_slot(p.layout, b, j, entry);
+  return {ps.page * p.k_stride[0] + ps.slot * p.k_stride[2], ps.page * p.v_stride[0] + ps.slot * p.v_stride[2]};
+}
 
 // Sequence positions are int32 inside the kernels, with a tile of headroom.
 constexpr int64_t kMaxFwdSeq = INT32_MAX - 1024;

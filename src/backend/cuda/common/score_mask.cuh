@@ -37,13 +37,16 @@ struct ScoreMask {
   // first 16-row slice; slice ms starts at row0 + 16 ms. n0: the key of
   // column 0 of the tile. Callers run it only on tiles that straddle a range
   // edge or the sequence end (core/key_tiles.h).
-  __device__ __forceinline__ static void apply(Acc& s, const FwdParams& p, int row0, int n0, int lane) {
+  // seq_k, diag_offset: the sequence's own (FwdSeq; the Problem's for a
+  // dense batch, the overload below).
+  __device__ __forceinline__ static void apply(Acc& s, const FwdParams& p, int64_t seq_k, int64_t diag_offset,
+                                               int row0, int n0, int lane) {
 #pragma unroll
     for (int ms = 0; ms < kMSlices; ++ms)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int i = (row0 + ms * 16 + (lane >> 2) + 8 * hh) / p.pack;  // the row's query
-        const KeyRange r = key_range(i, p.seq_k, p.diag_offset, p.window_left, p.window_right);
+        const KeyRange r = key_range(i, seq_k, diag_offset, p.window_left, p.window_right);
         const int lo = static_cast<int>(r.lo) - n0;  // tile-relative
         const int hi = static_cast<int>(r.hi) - n0;
 #pragma unroll
@@ -54,6 +57,10 @@ struct ScoreMask {
             if (j < lo || j >= hi) s[ms][nt][2 * hh + e] = kNegInf;
           }
       }
+  }
+
+  __device__ __forceinline__ static void apply(Acc& s, const FwdParams& p, int row0, int n0, int lane) {
+    apply(s, p, p.seq_k, p.diag_offset, row0, n0, lane);
   }
 };
 

@@ -58,6 +58,28 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
 
   for (int64_t x = static_cast<int64_t>(blockIdx.x) * kCombineWarps + warp; x < p.rows;
        x += static_cast<int64_t>(gridDim.x) * kCombineWarps) {
+    // Row x is query i of head h in batch b (pack-interleaved order).
+    const int64_t t = x / p.pack;
+    const int64_t i = t % p.seq_q;
+    const int64_t u = t / p.seq_q;
+    const int64_t h = (u % head_slots) * p.pack + x % p.pack;
+    const int64_t b = u / head_slots;
+    int64_t o_row = b * p.o_stride[0] + i * p.o_stride[2];
+    int64_t lse_row = (b * p.heads_q + h) * p.seq_q + i;
+    if (p.layout.any()) {
+      // Sequence b's own extent (clamped): rows past Nq(b) do not exist.
+      // Warp-uniform (one row per warp), so no lane is left out of the
+      // shuffles below.
+      const SeqExtent e = seq_extent(p.layout, b);
+      if (i >= e.len_q) continue;
+      if (p.layout.ragged_q()) {
+        o_row = (e.q_begin + i) * p.o_stride[2];
+        lse_row = h * p.layout.total_q + e.q_begin + i;
+      }
+    }
+    T* out = static_cast<T*>(p.o) + o_row + h * p.o_stride[1];
+    float* lse = p.lse != nullptr ? p.lse + lse_row : nullptr;
+
     // The row states of the lane's splits.
     float m[kSplitsPerLane], l[kSplitsPerLane];
 #pragma unroll
@@ -67,15 +89,6 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
       m[k] = any ? p.part.m[s * p.rows + x] : kNegInf;
       l[k] = any ? p.part.l[s * p.rows + x] : 0.f;
     }
-
-    // Row x is query i of head h in batch b (pack-interleaved order).
-    const int64_t t = x / p.pack;
-    const int64_t i = t % p.seq_q;
-    const int64_t u = t / p.seq_q;
-    const int64_t h = (u % head_slots) * p.pack + x % p.pack;
-    const int64_t b = u / head_slots;
-    T* out = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
-    float* lse = p.lse != nullptr ? p.lse + (b * p.heads_q + h) * p.seq_q + i : nullptr;
 
     // M = max_s m_s.
     float mx = m[0];

@@ -21,7 +21,9 @@
 // that share a KV head are interleaved, i.e. row
 //   x = ((b * (heads_q / pack) + h / pack) * seq_q + i) * pack + h % pack
 // holds query i of head h in batch b. pack = 1 is the plain [B, Hq, Nq]
-// order (the order of lse).
+// order (the order of lse). With a serving layout (SplitCombineParams::
+// layout) seq_q is the bound max_seqlen_q and rows past a sequence's Nq(b)
+// are skipped.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/seq_layout.h"
 #include "fmha/fmha.h"
 
 namespace fmha::cuda {
@@ -83,6 +86,13 @@ struct SplitCombineParams {
   int64_t pack;         // row order (see above); divides heads_q
   int head_dim;         // 1 .. kCombineMaxHeadDim
   int splits;           // 2 .. kCombineMaxSplits
+  // A serving layout (core/seq_layout.h) of the forward, or none
+  // (layout.any() false). With one, batch b is sequence b, seq_q is the
+  // bound max_seqlen_q, and row x = query i of sequence b is merged only
+  // when i < Nq(b) (the other rows were never written): o at row
+  // q_begin + i of the batch-1 o and lse at [h, q_begin + i] of [Hq,
+  // total_q] for ragged queries, else at batch b as above.
+  SeqLayout layout;
 };
 
 // Enqueues the combine on `stream`. Instantiated for __half, __nv_bfloat16

@@ -65,6 +65,7 @@ fmha_status generic_forward(const Problem& p, const LaunchContext& ctx) {
     return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "cuda_generic needs %zu workspace bytes, got %zu",
                 plan.workspace, ctx.workspace_bytes);
 
+  if (plan.grid.blocks() == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   const FwdParams prm = make_fwd_params(p, plan.grid, ctx.workspace);
   switch (p.dtype) {
     case FMHA_DTYPE_F16: return generic::launch_f16(prm, plan, ctx);

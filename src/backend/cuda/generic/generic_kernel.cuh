@@ -19,6 +19,12 @@
 // With splits > 1 each CTA writes its unnormalized o, row max m and row sum
 // l to the workspace (the format of common/split_combine.h) and the shared
 // split-KV combine merges the splits with the same equations.
+//
+// Serving layouts (FwdParams::layout: ragged, seqused_k, paged): each work
+// item resolves its sequence once (fwd_seq: the clamped extent of
+// core/seq_layout.h; a uniform branch, nothing read for a dense batch),
+// skips query blocks past the sequence's Nq, and stages paged K/V rows
+// through the clamped block table (paged_kv_row).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -40,11 +46,12 @@
 
 namespace fmha::cuda::generic {
 
-// The keys [lo, hi) query row i sees within the CTA's key range [ks, ke);
-// empty (lo >= hi) for rows past seq_q.
-__device__ __forceinline__ KeyRange row_keys(const FwdParams& p, int64_t i, int64_t ks, int64_t ke) {
-  if (i >= p.seq_q) return {0, 0};
-  KeyRange r = key_range(i, p.seq_k, p.diag_offset, p.window_left, p.window_right);
+// The keys [lo, hi) query row i of sequence `seq` sees within the CTA's key
+// range [ks, ke); empty (lo >= hi) for rows past the sequence's Nq.
+__device__ __forceinline__ KeyRange row_keys(const FwdParams& p, const FwdSeq& seq, int64_t i, int64_t ks,
+                                             int64_t ke) {
+  if (i >= seq.len_q) return {0, 0};
+  KeyRange r = key_range(i, seq.len_k, seq.diag_offset, p.window_left, p.window_right);
   r.lo = r.lo > ks ? r.lo : ks;
   r.hi = r.hi < ke ? r.hi : ke;
   return r;
@@ -102,12 +109,17 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
     const int64_t h = tile.hs;
     const int64_t hk = tile.hk;
     const int64_t i0 = static_cast<int64_t>(tile.m_block) * kBlockM;
-    const int64_t i_end = i0 + kBlockM < p.seq_q ? i0 + kBlockM : p.seq_q;
+    // The sequence of this item (the whole batch entry when dense); query
+    // blocks past its Nq have no rows (the same for every thread).
+    const FwdSeq seq = fwd_seq(p, b);
+    if (i0 >= seq.len_q) continue;
+    const int64_t i_end = i0 + kBlockM < seq.len_q ? i0 + kBlockM : seq.len_q;
+    const bool paged = p.layout.paged();
 
     // The CTA's key tiles and keys [ks, ke) (core/key_tiles.h): tiles
     // outside the rows' band are never loaded, and keys of the first and
     // last tile outside [ks, ke) are staged as zeros.
-    const KeyTiles kt = key_tiles(i0, i_end - 1, p.seq_k, p.diag_offset, p.window_left, p.window_right, kBlockN,
+    const KeyTiles kt = key_tiles(i0, i_end - 1, seq.len_k, seq.diag_offset, p.window_left, p.window_right, kBlockN,
                                   split, p.num_splits);
     const int64_t ks = kt.lo;
     const int64_t ke = kt.hi;
@@ -116,13 +128,13 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
     // first: the previous work item may still read q_s.
     __syncthreads();
     {
-      const T* qbase = qg + b * p.q_stride[0] + h * p.q_stride[1];
+      const T* qbase = qg + seq.q_offset + h * p.q_stride[1];
       for (int e = tid; e < kBlockM * kD; e += kThreads) {
         const int r = e / kD;
         const int d = e % kD;
         const int64_t i = i0 + r;
         float x = 0.f;
-        if (i < p.seq_q && d < D) x = to_float(qbase[i * p.q_stride[2] + d * p.q_stride[3]]) * q_scale;
+        if (i < seq.len_q && d < D) x = to_float(qbase[i * p.q_stride[2] + d * p.q_stride[3]]) * q_scale;
         q_s[e] = x;
       }
     }
@@ -139,8 +151,8 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
 
     const int64_t wi0 = i0 + static_cast<int64_t>(warp) * kRows;  // warp's first row
     const int64_t wi1 = wi0 + kRows < i_end ? wi0 + kRows : i_end;  // one past its last
-    const T* kbase = kg + b * p.k_stride[0] + hk * p.k_stride[1];
-    const T* vbase = vg + b * p.v_stride[0] + hk * p.v_stride[1];
+    const T* kbase = kg + seq.k_offset + hk * p.k_stride[1];
+    const T* vbase = vg + seq.v_offset + hk * p.v_stride[1];
 
     for (int64_t t = kt.t_begin; t < kt.t_end; ++t) {
       const int64_t k0 = t * kBlockN;
@@ -160,8 +172,14 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
           kx[u] = 0.f;
           vx[u] = 0.f;
           if (key >= ks && key < ke && d < D) {
-            kx[u] = to_float(kbase[key * p.k_stride[2] + d * p.k_stride[3]]);
-            vx[u] = to_float(vbase[key * p.v_stride[2] + d * p.v_stride[3]]);
+            int64_t krow = key * p.k_stride[2], vrow = key * p.v_stride[2];
+            if (paged) {
+              const KvRow row = paged_kv_row(p, b, static_cast<int>(key));
+              krow = row.k;
+              vrow = row.v;
+            }
+            kx[u] = to_float(kbase[krow + d * p.k_stride[3]]);
+            vx[u] = to_float(vbase[vrow + d * p.v_stride[3]]);
           }
           v_bad |= !isfinite(vx[u]);
         }
@@ -184,8 +202,8 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
       // (causal blocks on the diagonal, window edges, rows past seq_q).
       const int64_t k1 = k0 + kBlockN < ke ? k0 + kBlockN : ke;
       if (wi0 >= wi1) continue;
-      const int64_t warp_lo = row_keys(p, wi0, ks, ke).lo;
-      const int64_t warp_hi = row_keys(p, wi1 - 1, ks, ke).hi;
+      const int64_t warp_lo = row_keys(p, seq, wi0, ks, ke).lo;
+      const int64_t warp_hi = row_keys(p, seq, wi1 - 1, ks, ke).hi;
       if (warp_hi <= k0 || warp_lo >= k1 || warp_lo >= warp_hi) continue;
 
       // S = Q K^T for the warp's rows and the lane's keys.
@@ -221,7 +239,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
       float* pw = p_s + warp * kRows * kBlockN;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        const KeyRange rk = row_keys(p, wi0 + r, ks, ke);
+        const KeyRange rk = row_keys(p, seq, wi0 + r, ks, ke);
         float tile_max = -INFINITY;
 #pragma unroll
         for (int t = 0; t < kKeys; ++t) {
@@ -288,17 +306,17 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
     for (int r = 0; r < kRows; ++r) {
       const float l_row = warp_sum(l[r]);
       const int64_t i = wi0 + r;
-      if (i >= p.seq_q) continue;
+      if (i >= seq.len_q) continue;
       if (p.num_splits == 1) {
         const float inv = l_row == 0.f ? 0.f : 1.f / l_row;  // NaN l stays NaN (fmha.h)
-        T* orow = og + b * p.o_stride[0] + h * p.o_stride[1] + i * p.o_stride[2];
+        T* orow = og + seq.o_offset + h * p.o_stride[1] + i * p.o_stride[2];
 #pragma unroll
         for (int c = 0; c < kC; ++c) {
           const int d = lane + kThreadsPerWarp * c;
           if (d < D) orow[d * p.o_stride[3]] = from_float<T>(o[r][c] * inv);
         }
         if (p.lse != nullptr && lane == 0)
-          p.lse[bh * p.seq_q + i] = l_row == 0.f ? -INFINITY : m[r] + logf(l_row);
+          p.lse[seq.lse_row0 + h * seq.lse_head + i] = l_row == 0.f ? -INFINITY : m[r] + logf(l_row);
       } else {
         const int64_t slot = (split * p.units + bh) * p.rows + i;  // common/split_combine.h, pack 1
         float* wo = p.o_partial + slot * D;

@@ -2,11 +2,15 @@
 // parts (the arch-neutral ones live in common/ and serve every family):
 //
 //   BlockWork      which work tile (common/tile_scheduler.h: key split,
-//                  unit = batch x head slot, row tile) a CTA owns and which
-//                  key tiles it visits (core/key_tiles.h: tiles outside the
-//                  rows' key range are never loaded)
+//                  unit = batch x head slot, row tile) a CTA owns, its
+//                  sequence (common/fwd_params.h: FwdSeq, the clamped
+//                  extent of a ragged, KV-cache or paged batch's sequence)
+//                  and which key tiles it visits (core/key_tiles.h: tiles
+//                  outside the rows' key range are never loaded)
 //   TileLoader     global -> swizzled shared memory with 16-byte cp.async,
-//                  zero-filling rows past the sequence end
+//                  zero-filling rows past the sequence end; paged K/V
+//                  gathered through the block table, one read per page
+//                  run of a tile (or per row for other page sizes)
 //   WarpQK         S = Q K^T for the warp's rows: ldmatrix + mma.sync
 //   ScoreMask      softcap and the element-wise mask of boundary tiles
 //                  (common/score_mask.cuh)
@@ -44,28 +48,63 @@
 namespace fmha::cuda::sm80 {
 
 // ---------------------------------------------------------------------------
-// BlockWork: the CTA's work tile (blockIdx.x through the shared scheduler)
-// and the key tiles its rows visit (the shared key-tile partition).
+// BlockWork: the CTA's work tile (blockIdx.x through the shared scheduler),
+// its sequence and the key tiles its rows visit (the shared key-tile
+// partition). kServing: the problem has a serving layout (FwdParams::
+// layout); the dense instantiation never reads metadata. The grid is sized
+// by the host-known bounds (max_seqlen_q), so a tile may lie past its
+// sequence's rows: empty() then, and the CTA exits before its first barrier.
 // ---------------------------------------------------------------------------
-template <class Cfg>
+template <class Cfg, bool kServing>
 struct BlockWork : WorkTile {
+  // The unit's sequence (serving instantiations): its valid rows, keys and
+  // diagonal. Its o / lse offsets are held through the key loop in the
+  // multi-warp tiles (kHoldSeq) and re-resolved in the epilogue by the
+  // one-warp decode tile, whichever spilled less (ptxas, sm_90: the other
+  // choice spilled 150-300 more bytes).
+  static constexpr bool kHoldSeq = Cfg::kWarps > 1;
+  int seq_rows, seq_len_k, seq_diag;
+  FwdSeq seq;  // kHoldSeq only
+  __device__ FwdSeq epilogue_seq(const FwdParams& p) const {
+    if constexpr (kHoldSeq) return seq;
+    else return fwd_seq(p, b);
+  }
   int m0;          // first row of the unit
-  int m_last;      // last valid row (< rows)
+  int m_last;      // last valid row (< rows())
   int t_begin;     // key tiles [t_begin, t_end) of this CTA
   int t_end;
   int lo_max;      // a tile [n0, n0 + kBlockN) with n0 >= lo_max and
   int hi_min;      // n0 + kBlockN <= hi_min needs no element-wise mask
 
+  __device__ bool empty() const { return kServing && m0 >= seq_rows; }
+  // The sequence's facts; the dense instantiation reads the params (as it
+  // always did), so it keeps its registers.
+  __device__ int rows(const FwdParams& p) const { return kServing ? seq_rows : p.rows; }
+  __device__ int len_k(const FwdParams& p) const { return kServing ? seq_len_k : p.seq_k; }
+  __device__ int64_t diag_offset(const FwdParams& p) const { return kServing ? seq_diag : p.diag_offset; }
+  __device__ int64_t q_offset(const FwdParams& p) const { return kServing ? fwd_seq(p, b).q_offset : b * p.q_stride[0]; }
+  __device__ int64_t o_offset(const FwdParams& p) const { return kServing ? epilogue_seq(p).o_offset : b * p.o_stride[0]; }
+  __device__ int64_t k_offset(const FwdParams& p) const { return kServing ? fwd_seq(p, b).k_offset : b * p.k_stride[0]; }
+  __device__ int64_t v_offset(const FwdParams& p) const { return kServing ? fwd_seq(p, b).v_offset : b * p.v_stride[0]; }
+
   __device__ static BlockWork make(const FwdParams& p) {
     BlockWork w;
     static_cast<WorkTile&>(w) = schedule_tile(p, blockIdx.x);
+    if constexpr (kServing) {
+      const FwdSeq s = fwd_seq(p, w.b);
+      if constexpr (kHoldSeq) w.seq = s;
+      w.seq_rows = s.rows;
+      w.seq_len_k = s.len_k;
+      w.seq_diag = static_cast<int>(s.diag_offset);  // Nk(b) - Nq(b) or 0: |d| < 2^31
+    }
     w.m0 = w.m_block * Cfg::kBlockM;
-    w.m_last = min(w.m0 + Cfg::kBlockM, p.rows) - 1;
+    if (w.empty()) return w;
+    w.m_last = min(w.m0 + Cfg::kBlockM, w.rows(p)) - 1;
     // The query r / pack is non-decreasing in the row, so the rows
     // [m0, m_last] are the queries [m0 / pack, m_last / pack].
     // int positions: FwdParams positions fit int32 (kMaxFwdSeq).
-    const KeyTilesOf<int> kt = key_tiles<int>(w.m0 / p.pack, w.m_last / p.pack, p.seq_k, p.diag_offset, p.window_left,
-                                  p.window_right, Cfg::kBlockN, w.split, p.num_splits);
+    const KeyTilesOf<int> kt = key_tiles<int>(w.m0 / p.pack, w.m_last / p.pack, w.len_k(p), w.diag_offset(p),
+                                              p.window_left, p.window_right, Cfg::kBlockN, w.split, p.num_splits);
     w.t_begin = kt.t_begin;
     w.t_end = kt.t_end;
     w.lo_max = kt.full_lo;
@@ -151,6 +190,78 @@ struct TileLoader {
       if (!at(tid, pass, &r, &c)) break;
       const bool in = row0 + r < n;
       cp_async_16(smem_tile + swizzle<Cfg::kPitch>(r, c), in ? row_ptr(row0 + r) + c * 8 : valid, in);
+    }
+  }
+
+  // Paged operands. The page_size rows of a page are contiguous (row
+  // stride `stride`), so when the rows sharing a page form aligned runs of
+  // kRun rows, a power of two and a multiple of kRowsPerPass (every row a
+  // thread copies in one pass then lies in the run of that pass's first
+  // row), one block-table read per run places all of them: kRun = kRows
+  // when page_size is a multiple of kRows (the tile lies in one page), else
+  // kRun = page_size for page sizes 16, 32 and 64 that divide kRows. Other
+  // page sizes read the table once per row. Returns the run length, or 0.
+  __device__ static int page_run(int64_t page_size) {
+    const int64_t g = page_size % kRows == 0 ? kRows : page_size;
+    const bool ok = kRowStepped && (g == kRows || g == 16 || g == 32 || g == 64) && g <= kRows &&
+                    g % kRowsPerPass == 0;
+    return ok ? static_cast<int>(g) : 0;
+  }
+
+  // Rows [row0, row0 + kRows) of a paged operand whose row j starts at
+  // base + row_offset(j) (the clamped block-table lookup); rows at or past
+  // n are zero-filled, and their table entries are never read (n <= the
+  // sequence's keys, which its table row covers). run: page_run().
+  template <class RowOffset>
+  __device__ static void load_paged(uint32_t smem_tile, const T* base, int64_t stride, RowOffset row_offset,
+                                    int run, int row0, int n, int tid) {
+    // A compile-time run length per case, so each pass knows whether it
+    // starts a run (no per-pass test) and the unrolled loop holds one base.
+    if (run == kRows) return load_runs<kRows>(smem_tile, base, stride, row_offset, row0, n, tid);
+    if constexpr (kRows > 64) {
+      if (run == 64) return load_runs<64>(smem_tile, base, stride, row_offset, row0, n, tid);
+    }
+    if constexpr (kRows > 32) {
+      if (run == 32) return load_runs<32>(smem_tile, base, stride, row_offset, row0, n, tid);
+    }
+    if constexpr (kRows > 16) {
+      if (run == 16) return load_runs<16>(smem_tile, base, stride, row_offset, row0, n, tid);
+    }
+    load_rowwise(smem_tile, base, row_offset, row0, n, tid);
+  }
+
+  // Any page size: one table read per row, a few rows in flight (a full
+  // unroll would hold every row's address in registers at once).
+  template <class RowOffset>
+  __device__ static void load_rowwise(uint32_t smem_tile, const T* base, RowOffset row_offset, int row0, int n,
+                                      int tid) {
+#pragma unroll 4
+    for (int pass = 0; pass < kPasses; ++pass) {
+      int r, c;
+      if (!at(tid, pass, &r, &c)) break;
+      const bool in = row0 + r < n;
+      cp_async_16(smem_tile + swizzle<Cfg::kPitch>(r, c), in ? base + row_offset(row0 + r) + c * 8 : base, in);
+    }
+  }
+
+  template <int kRun, class RowOffset>
+  __device__ static void load_runs(uint32_t smem_tile, const T* base, int64_t stride, RowOffset row_offset, int row0,
+                                   int n, int tid) {
+    if constexpr (kRowStepped && kRun % kRowsPerPass == 0 && kRun <= kRows) {
+      const int c = tid % kChunks;
+      const int r = tid / kChunks;
+      const T* run_base = base;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int first = pass * kRowsPerPass;  // this pass's rows are first + [0, kRowsPerPass)
+        const int in_run = first % kRun;        // compile-time
+        if (in_run == 0) run_base = row0 + first < n ? base + row_offset(row0 + first) : base;
+        const bool in = row0 + first + r < n;
+        const T* g = run_base + static_cast<int64_t>(in_run + r) * stride + c * 8;
+        cp_async_16(smem_tile + swizzle<Cfg::kPitch>(first + r, c), in ? g : base, in);
+      }
+    } else {
+      load_rowwise(smem_tile, base, row_offset, row0, n, tid);  // page_run() never picks such a kRun
     }
   }
 };
@@ -360,7 +471,8 @@ template <class T, class Cfg>
 struct Epilogue {
   using Softmax = OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles>;
 
-  __device__ static void run(const FwdParams& p, const BlockWork<Cfg>& w,
+  template <bool kServing>
+  __device__ static void run(const FwdParams& p, const BlockWork<Cfg, kServing>& w,
                              float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm,
                              unsigned char* smem, int warp, int lane, int tid) {
     const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);  // the lane's first tile row
@@ -374,16 +486,19 @@ struct Epilogue {
 
     float lse[Cfg::kMSlices][2];
     finalize_rows(o, sm.m, sm.l, lse_scale, lse);
-    store_lse(p, w, lse, w.m0 + row_local0, lane);
+    if constexpr (kServing)
+      store_lse(p, w, w.epilogue_seq(p), lse, w.m0 + row_local0, lane);
+    else
+      store_lse(p, w, lse, w.m0 + row_local0, lane);
 
     // Registers -> shared (the Q tile; every warp is past its last Q read).
     __syncthreads();
     stage_fragment<T, Cfg::kPitch>(smem, o, row_local0, lane);
     __syncthreads();
     // Shared -> global, 16 bytes per thread, rows past the unit's end skipped.
-    T* out = static_cast<T*>(p.o) + w.b * p.o_stride[0];
+    T* out = static_cast<T*>(p.o) + w.o_offset(p);
     SmemTileStore<T, Cfg::kBlockM, Cfg::kHeadDim, Cfg::kPitch, Cfg::kThreads>::run(
-        smem, w.m0, p.rows,
+        smem, w.m0, w.rows(p),
         [&](int r) {
           int64_t h = w.hs;
           int i = r;
@@ -400,19 +515,27 @@ struct Epilogue {
 // computed; cp.async groups are committed K, V, K, V, ... so "K of t ready"
 // is wait_group(1) and "V of t ready" is wait_group(2) after t+1's commits.
 // ---------------------------------------------------------------------------
-template <class T, class Cfg, bool kSoftcap>
+// kMode: the operand layout this instantiation reads (launch.h: SeqMode).
+// Dense problems read no metadata; ragged and seqused_k problems resolve
+// their sequence; paged ones also gather K/V through the block table, in
+// an instantiation of their own (its loader's registers would otherwise
+// spill in the contiguous serving kernel).
+template <class T, class Cfg, bool kSoftcap, SeqMode kMode>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     fwd_kernel(const __grid_constant__ FwdParams p) {
+  constexpr bool kServing = kMode != SeqMode::kDense;
+  constexpr bool kPaged = kMode == SeqMode::kPaged;
   static_assert(Cfg::kStages == 2, "the wait_group counts below assume two stages");
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
 
-  const BlockWork<Cfg> w = BlockWork<Cfg>::make(p);
-  const T* q = static_cast<const T*>(p.q) + w.b * p.q_stride[0];
-  const T* k = static_cast<const T*>(p.k) + w.b * p.k_stride[0] + w.hk * p.k_stride[1];
-  const T* v = static_cast<const T*>(p.v) + w.b * p.v_stride[0] + w.hk * p.v_stride[1];
+  const BlockWork<Cfg, kServing> w = BlockWork<Cfg, kServing>::make(p);
+  if (w.empty()) return;  // CTA-uniform, before any barrier
+  const T* q = static_cast<const T*>(p.q) + w.q_offset(p);
+  const T* k = static_cast<const T*>(p.k) + w.k_offset(p) + w.hk * p.k_stride[1];
+  const T* v = static_cast<const T*>(p.v) + w.v_offset(p) + w.hk * p.v_stride[1];
 
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + Cfg::kSmemQ;                     // + stage * kSmemKV
@@ -420,9 +543,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   using QLoader = TileLoader<T, Cfg, Cfg::kBlockM>;
   using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
 
+  // K or V rows [n0, n0 + kBlockN) of the sequence into a stage; rows at or
+  // past Nk(b) are zero-filled. Paged K/V (the kPaged instantiation): key j
+  // sits at paged_kv_row(p, b, j), the block table entry clamped by
+  // core/seq_layout.h, copied with the same 16-byte cp.async chunks as a
+  // contiguous tile; page sizes that give aligned runs of rows
+  // (TileLoader::page_run) read the table once per run, others once per
+  // row. (Lengths are read at each use, not held in a register: the dense
+  // instantiation then reads them from the constant bank as it always did.)
+  const int run = kPaged ? KVLoader::page_run(p.layout.page_size) : 0;
+  auto load_k = [&](uint32_t dst, int n0) {
+    if constexpr (kPaged)
+      KVLoader::load_paged(
+          dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, run, n0, w.len_k(p), tid);
+    else
+      KVLoader::load(dst, k, p.k_stride[2], n0, w.len_k(p), tid);
+  };
+  auto load_v = [&](uint32_t dst, int n0) {
+    if constexpr (kPaged)
+      KVLoader::load_paged(
+          dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, run, n0, w.len_k(p), tid);
+    else
+      KVLoader::load(dst, v, p.v_stride[2], n0, w.len_k(p), tid);
+  };
+
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next.
   if (p.pack == 1) {
-    QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, p.rows, tid);
+    QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, w.rows(p), tid);
   } else {
     QLoader::load_rows(
         sQ, q,
@@ -432,11 +579,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
           w.locate(p, r, &h, &i);
           return q + h * p.q_stride[1] + static_cast<int64_t>(i) * p.q_stride[2];
         },
-        w.m0, p.rows, tid);
+        w.m0, w.rows(p), tid);
   }
-  if (w.t_begin < w.t_end) KVLoader::load(sK, k, p.k_stride[2], w.t_begin * Cfg::kBlockN, p.seq_k, tid);
+  if (w.t_begin < w.t_end) load_k(sK, w.t_begin * Cfg::kBlockN);
   cp_async_commit();
-  if (w.t_begin < w.t_end) KVLoader::load(sV, v, p.v_stride[2], w.t_begin * Cfg::kBlockN, p.seq_k, tid);
+  if (w.t_begin < w.t_end) load_v(sV, w.t_begin * Cfg::kBlockN);
   cp_async_commit();
 
   const LaneAddr<Cfg> addr(warp, lane);
@@ -457,9 +604,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     cp_async_wait<1>();  // K[t] landed (this thread's part) ...
     __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
     const int n_next = (t + 1) * Cfg::kBlockN;
-    if (t + 1 < w.t_end) KVLoader::load(sK + next, k, p.k_stride[2], n_next, p.seq_k, tid);
+    if (t + 1 < w.t_end) load_k(sK + next, n_next);
     cp_async_commit();
-    if (t + 1 < w.t_end) KVLoader::load(sV + next, v, p.v_stride[2], n_next, p.seq_k, tid);
+    if (t + 1 < w.t_end) load_v(sV + next, n_next);
     cp_async_commit();
 
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
@@ -474,7 +621,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
     const int n0 = t * Cfg::kBlockN;
     const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, row0, n0, lane);
+    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
     sm.update(s, o, p.score_log2);
 
     cp_async_wait<2>();  // V[t] landed (this thread's part)

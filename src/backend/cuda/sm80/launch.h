@@ -20,6 +20,7 @@ struct LaunchArgs {
   int64_t blocks;        // num_m_tiles * units * num_splits (< 2^31)
   bool narrow;           // Sm80Tuning<D>::Narrow instead of ::Wide
   bool softcap;
+  SeqMode mode;          // the operand layout (seq_mode of FwdParams::layout)
   int device;            // the current device ordinal
   cudaStream_t stream;
 };

@@ -116,7 +116,8 @@ const char* sm80_supports(const Problem& p, const DeviceInfo& dev) {
   if (dev.smem_per_block_optin < static_cast<size_t>(plan.shape.smem))
     return "device allows less shared memory per block than the tile needs";
   const FwdGrid& g = plan.grid;
-  if (g.m_tiles > INT32_MAX / g.units || g.m_tiles * g.units > INT32_MAX / g.splits)
+  if (g.units > 0 && g.m_tiles > INT32_MAX / g.units) return "grid too large (query tiles x batch x heads x splits >= 2^31)";
+  if (g.units > 0 && g.m_tiles > 0 && g.m_tiles * g.units > INT32_MAX / g.splits)
     return "grid too large (query tiles x batch x heads x splits >= 2^31)";
   return nullptr;
 }
@@ -146,6 +147,8 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   a.blocks = plan.grid.blocks();
   a.narrow = plan.narrow;
   a.softcap = p.softcap != 0.f;
+  a.mode = seq_mode(p.layout);
+  if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   a.device = dev.ordinal;
   a.stream = static_cast<cudaStream_t>(ctx.stream);
   FMHA_PROFILE_STAGE(kFwdParams);

@@ -1,0 +1,304 @@
+// Serving layouts (fmha.h 0.2) on every CUDA kernel: ragged queries and
+// keys, seqused_k over a dense KV cache, paged K/V with shuffled pages of
+// 1, 16, 64 and 256 keys, sequences of 0 and 1 rows or keys, Nq > Nk inside
+// a sequence, both causal alignments and windows per sequence, GQA and MQA,
+// and decode (Nq = 1..8 per sequence, GQA-packed) with key splits, in F16
+// and BF16; each forced by name and on the automatic choice, against the
+// float64 reference that gathers pages itself (common/serving_case.h:
+// poisoned o, lse and workspace; rows of no sequence and NaN-filled unused
+// keys and pages must stay out of every answer).
+//
+// cuda_sm80_tc and cuda_generic declare every serving feature: a forced run
+// of either must succeed. cuda_sm90_ws runs dense problems only: it must
+// decline with FMHA_ERROR_UNSUPPORTED and say so.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/random.h"
+#include "common/serving_case.h"
+#include "gpu/gpu_support.h"
+
+namespace {
+
+using fmha_gpu_test::CudaMemory;
+using fmha_gpu_test::GpuHandle;
+using fmha_test::KvLayout;
+using fmha_test::PageStorage;
+using fmha_test::QLayout;
+using fmha_test::ServingCase;
+
+// The kernels that must run every serving case (their registry rows declare
+// kFeatureAll).
+bool runs_serving(const std::string& kernel) { return kernel == "cuda_sm80_tc" || kernel == "cuda_generic"; }
+
+struct Tally {
+  int ran = 0, unsupported = 0, failed = 0;
+};
+
+// `c` on every CUDA kernel and the automatic choice, for each split count.
+void run_everywhere(fmha_handle h, CudaMemory& mem, const ServingCase& c, const std::vector<int32_t>& splits,
+                    std::map<std::string, Tally>* tally) {
+  const fmha_test::PreparedServingCase pc(c);
+  std::vector<std::string> kernels = fmha_gpu_test::cuda_kernel_names();
+  kernels.emplace_back("");  // automatic
+  for (const std::string& name : kernels) {
+    for (int32_t s : splits) {
+      fmha_test::RunOptions opt;
+      opt.kernel = name.empty() ? nullptr : name.c_str();
+      opt.num_splits = s;
+      const fmha_test::CaseResult r = pc.run(h, mem, opt);
+      Tally& t = (*tally)[name.empty() ? "(automatic)" : name];
+      if (!name.empty() && !runs_serving(name)) {
+        // A dense-only kernel declines with UNSUPPORTED and names why (or,
+        // off its architecture, says which one it needs).
+        CHECK_MESSAGE(r.unsupported(), r.report());
+        CHECK_MESSAGE((r.message.find("serving") != std::string::npos || r.message.find("needs sm_") != std::string::npos),
+                      r.report());
+        ++t.unsupported;
+        continue;
+      }
+      const bool ok = r.ok();
+      CHECK_MESSAGE(ok, "num_splits=" << s << "\n" << r.report());
+      ++(ok ? t.ran : t.failed);
+    }
+  }
+}
+
+// Runs a named group of cases (every quick_stride()-th in quick mode) and
+// reports the per-kernel tally.
+void run_group(const char* group, const std::vector<ServingCase>& cases, const std::vector<int32_t>& splits) {
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  CudaMemory mem;
+  const size_t stride = static_cast<size_t>(fmha_gpu_test::quick_stride());
+  std::map<std::string, Tally> tally;
+  int n = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (i % stride != 0) continue;
+    INFO("case " << cases[i].name());
+    run_everywhere(h.get(), mem, cases[i], splits, &tally);
+    ++n;
+  }
+  std::string line = std::string(group) + ": " + std::to_string(n) + " cases;";
+  for (const auto& [name, t] : tally) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, " %s ran %d, unsupported %d, failed %d;", name.c_str(), t.ran, t.unsupported,
+                  t.failed);
+    line += buf;
+  }
+  MESSAGE(line);
+}
+
+ServingCase base(fmha_dtype dt, int64_t hq, int64_t hk, int64_t d) {
+  ServingCase c;
+  c.dtype = dt;
+  c.heads_q = hq;
+  c.heads_kv = hk;
+  c.head_dim = d;
+  return c;
+}
+
+constexpr fmha_dtype kHalf[] = {FMHA_DTYPE_F16, FMHA_DTYPE_BF16};
+
+struct MaskSpec {
+  uint32_t flags;
+  int32_t wl, wr;
+};
+constexpr MaskSpec kMasks[] = {
+    {FMHA_MASK_NONE, -1, -1},           {FMHA_MASK_CAUSAL, -1, -1}, {FMHA_MASK_CAUSAL_TOP_LEFT, -1, -1},
+    {FMHA_MASK_CAUSAL, 24, -1},         {FMHA_MASK_NONE, 16, 5},    {FMHA_MASK_CAUSAL_TOP_LEFT, 40, -1},
+};
+
+void set_mask(ServingCase* c, const MaskSpec& m) {
+  c->mask_flags = m.flags;
+  c->window_left = m.wl;
+  c->window_right = m.wr;
+}
+
+}  // namespace
+
+TEST_CASE("serving: ragged queries and keys, every mask, GQA/MQA") {
+  std::vector<ServingCase> cases;
+  // Lengths 0 and 1, Nq > Nk and Nq < Nk inside a sequence, tiles'
+  // boundaries (64, 65, 128, 129) and a sequence past one 128-row tile.
+  const std::vector<int64_t> lq = {1, 0, 17, 40, 65, 129, 3};
+  const std::vector<int64_t> lk = {5, 0, 0, 10, 200, 129, 1};
+  int n = 0;
+  for (fmha_dtype dt : kHalf)
+    for (const MaskSpec& m : kMasks)
+      for (int64_t g : {1, 4, 8}) {  // MHA, GQA, MQA (8/1)
+        const int64_t hk = g == 8 ? 1 : 2;
+        ServingCase c = base(dt, hk * g, hk, (n++ % 2) ? 64 : 128);
+        c.len_q = lq;
+        c.len_k = lk;
+        c.q_layout = QLayout::kRagged;
+        c.kv_layout = KvLayout::kRagged;
+        c.q_tail = 3;
+        c.k_tail = 2;
+        c.q_token_major = n % 3 == 0;  // FlashAttention's varlen q/o [total_q, Hq, D]
+        set_mask(&c, m);
+        cases.push_back(c);
+      }
+  run_group("ragged q+k", cases, {0, 3});
+}
+
+TEST_CASE("serving: seqused_k over a dense KV cache, dense and ragged queries") {
+  std::vector<ServingCase> cases;
+  for (fmha_dtype dt : kHalf)
+    for (const MaskSpec& m : kMasks) {
+      ServingCase c = base(dt, 8, 2, 128);
+      c.len_q = {7, 7, 7, 7};
+      c.len_k = {300, 0, 1, 77};
+      c.q_layout = QLayout::kDense;
+      c.kv_layout = KvLayout::kDense;
+      c.seqused_k = true;
+      set_mask(&c, m);
+      cases.push_back(c);
+      c.q_layout = QLayout::kRagged;
+      c.len_q = {7, 2, 0, 90};
+      c.head_dim = 64;
+      cases.push_back(c);
+    }
+  run_group("seqused_k", cases, {0, 4});
+}
+
+TEST_CASE("serving: paged K/V, page sizes 1, 16, 64, 256, shuffled pages, both storages") {
+  std::vector<ServingCase> cases;
+  int n = 0;
+  for (int64_t ps : {1, 16, 64, 256})
+    for (fmha_dtype dt : kHalf)
+      for (const MaskSpec& m : {kMasks[0], kMasks[1], kMasks[2], kMasks[3]}) {
+        ServingCase c = base(dt, 8, 2, (n % 3 == 2) ? 64 : 128);
+        c.kv_layout = KvLayout::kPaged;
+        c.page_size = ps;
+        c.storage = (n % 2) ? PageStorage::kTokenMajor : PageStorage::kHeadMajor;
+        c.shuffle_pages = true;
+        c.spare_pages = 3;
+        c.table_slack = 2;
+        // Paged + ragged queries (chunked prefill over a cache), lengths 0, 1
+        // and Nq > Nk; then paged decode-like dense queries.
+        if (n % 2 == 0) {
+          c.q_layout = QLayout::kRagged;
+          c.len_q = {5, 0, 1, 70, 33};
+          c.len_k = {5, 9, 0, 300, 20};
+        } else {
+          c.q_layout = QLayout::kDense;
+          c.len_q = {4, 4, 4};
+          c.len_k = {1, 513, 64};
+        }
+        set_mask(&c, m);
+        cases.push_back(c);
+        ++n;
+      }
+  run_group("paged", cases, {0, 5});
+}
+
+TEST_CASE("serving: decode Nq = 1..8, GQA 32/8 D=128, paged and seqused_k, split-KV") {
+  // The GQA group is packed into one tile (decode): each K/V tile serves 4
+  // heads x Nq rows; splits are sized for the longest sequence, so shorter
+  // sequences get splits with no keys, which must write empty partials.
+  std::vector<ServingCase> cases;
+  for (int64_t nq = 1; nq <= 8; ++nq)
+    for (fmha_dtype dt : kHalf) {
+      ServingCase c = base(dt, 32, 8, 128);
+      c.len_q = std::vector<int64_t>(4, nq);
+      c.len_k = {1100, 3, 0, 257};
+      c.q_layout = nq % 2 ? QLayout::kDense : QLayout::kRagged;
+      c.q_token_major = nq % 4 == 1;
+      if (nq % 3 == 0) {
+        c.kv_layout = KvLayout::kDense;
+        c.seqused_k = true;
+      } else {
+        c.kv_layout = KvLayout::kPaged;
+        c.page_size = nq % 3 == 1 ? 16 : 64;
+        c.storage = nq % 2 ? PageStorage::kTokenMajor : PageStorage::kHeadMajor;
+      }
+      c.mask_flags = nq > 4 ? FMHA_MASK_CAUSAL : FMHA_MASK_NONE;
+      cases.push_back(c);
+    }
+  run_group("decode", cases, {0, 1, 8, 40});
+}
+
+TEST_CASE("serving: softcap, explicit scale and no lse on ragged paged problems") {
+  std::vector<ServingCase> cases;
+  for (fmha_dtype dt : kHalf) {
+    ServingCase c = base(dt, 4, 4, 64);
+    c.q_layout = QLayout::kRagged;
+    c.kv_layout = KvLayout::kPaged;
+    c.page_size = 16;
+    c.len_q = {9, 33};
+    c.len_k = {50, 33};
+    c.softcap = 8.f;
+    c.mask_flags = FMHA_MASK_CAUSAL;
+    cases.push_back(c);
+    c.softcap = 0.f;
+    c.scale = 0.3f;
+    c.with_lse = false;
+    cases.push_back(c);
+  }
+  run_group("softcap/scale", cases, {0, 2});
+}
+
+TEST_CASE("serving: explain names why cuda_sm90_ws is passed over and chooses a kernel that pages") {
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  // A paged decode step: q [2, 8, 1, 128], pages [4, 2, 16, 128].
+  const int64_t D = 128, Hq = 8, Hk = 2, pages = 4, ps = 16;
+  fmha_gpu_test::CudaBuffer q(2 * Hq * D * 2), o(2 * Hq * D * 2), k(pages * Hk * ps * D * 2),
+      v(pages * Hk * ps * D * 2), meta(16 * sizeof(int32_t));
+  REQUIRE((q.ok() && o.ok() && k.ok() && v.ok() && meta.ok()));
+  const int32_t host_meta[6] = {20, 7, /* block_table */ 3, 1, 0, 2};
+  REQUIRE(cudaMemcpy(meta.get(), host_meta, sizeof host_meta, cudaMemcpyHostToDevice) == cudaSuccess);
+  fmha_forward_params p;
+  fmha_forward_params_init(&p);
+  auto tensor = [&](void* data, int64_t d0, int64_t d1, int64_t d2) {
+    fmha_tensor t{};
+    t.data = data;
+    t.dtype = FMHA_DTYPE_BF16;
+    const int64_t dims[4] = {d0, d1, d2, D};
+    const int64_t strides[4] = {d1 * d2 * D, d2 * D, D, 1};
+    for (int i = 0; i < 4; ++i) {
+      t.dims[i] = dims[i];
+      t.strides[i] = strides[i];
+    }
+    return t;
+  };
+  p.q = tensor(q.get(), 2, Hq, 1);
+  p.o = tensor(o.get(), 2, Hq, 1);
+  p.k = tensor(k.get(), pages, Hk, ps);
+  p.v = tensor(v.get(), pages, Hk, ps);
+  p.seqused_k = static_cast<const int32_t*>(meta.get());
+  p.block_table = static_cast<const int32_t*>(meta.get()) + 2;
+  p.block_table_stride = 2;
+  char buf[2048];
+  REQUIRE_MESSAGE(fmha_forward_explain(h.get(), &p, buf, sizeof buf) == FMHA_SUCCESS, fmha_last_error_message());
+  const std::string text = buf;
+  INFO(text);
+  cudaDeviceProp prop{};
+  REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+  const bool sm90_listed = std::strstr(text.c_str(), "cuda_sm90_ws") != nullptr;
+  if (prop.major == 9 && prop.minor == 0) {
+    CHECK(sm90_listed);
+    CHECK(text.find("passed over cuda_sm90_ws: does not run serving layouts") != std::string::npos);
+    CHECK(text.find("paged K/V (block_table)") != std::string::npos);
+  }
+  CHECK(text.find("chosen: cuda_sm80_tc") != std::string::npos);
+  CHECK(text.find("page_size") != std::string::npos);
+  // The run itself, then nothing left failing on the stream.
+  REQUIRE(cudaMemset(q.get(), 0, q.bytes()) == cudaSuccess);
+  REQUIRE(cudaMemset(k.get(), 0, k.bytes()) == cudaSuccess);
+  REQUIRE(cudaMemset(v.get(), 0, v.bytes()) == cudaSuccess);
+  size_t ws = 0;
+  REQUIRE(fmha_forward_workspace_size(h.get(), &p, &ws) == FMHA_SUCCESS);
+  fmha_gpu_test::CudaBuffer workspace(ws);
+  REQUIRE(workspace.ok());
+  CHECK_MESSAGE(fmha_forward(h.get(), &p, workspace.get(), ws) == FMHA_SUCCESS, fmha_last_error_message());
+  CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}
