@@ -32,7 +32,10 @@ import re
 import threading
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import capi
+try:
+    from . import capi
+except ImportError:  # no SWIG extension: the same API over ctypes (FMHA_LIBRARY)
+    from . import _capi_ctypes as capi
 from ._arrays import CPU, CUDA, Array, ArrayError, describe, device_of, library_of, numpy_dtype
 
 __all__ = [
