@@ -14,8 +14,12 @@ include/fmha/fmha.h the package uses, with the SWIG module's conventions
   - fmha_forward_workspace_size(handle, params) returns [status, bytes];
   - fmha_forward_explain(handle, params, maxlen) returns [status, text].
 
+  - fmha_merge_params owns its o_parts and lse_parts arrays: set them with
+    params.set_parts([fmha_tensor, ...], [lse address or None, ...]), which
+    copies both and sets num_parts (fmha_merge is declared when the loaded
+    library exports it).
+
 ctypes releases the GIL while a C function runs, as SWIG's -threads does.
-fmha_merge is not declared here (the SWIG module is the full API).
 
 The library: $FMHA_LIBRARY (a path) when set, else a libfmha shared library
 next to this file (a wheel's copy), else the loader's search by name. The
@@ -134,6 +138,35 @@ if ctypes.sizeof(_c_void_p) == 8 and (FMHA_FORWARD_PARAMS_SIZE_V1, FMHA_FORWARD_
                       "fmha.h says (368, 424): this file and the header disagree")
 
 
+class fmha_merge_params(_Struct):
+    """fmha_merge_params; a fresh one holds fmha_merge_params_init()'s
+    defaults. The parts are set with set_parts (the raw pointer members
+    are kept by the proxy)."""
+
+    _fields_ = [("struct_size", _c_uint32), ("num_parts", _c_int32),
+                ("o_parts", ctypes.POINTER(fmha_tensor)), ("lse_parts", ctypes.POINTER(_c_void_p)),
+                ("o", fmha_tensor), ("lse", _c_void_p)]
+    _pointers = ("lse",)
+
+    def __init__(self):
+        super().__init__()
+        _lib.fmha_merge_params_init(ctypes.byref(self))
+
+    def set_parts(self, tensors, lses) -> None:
+        tensors, lses = list(tensors), list(lses)
+        if len(tensors) != len(lses):
+            raise ValueError("set_parts: tensors and lses differ in length")
+        parts = (fmha_tensor * max(1, len(tensors)))(*tensors)
+        lse = (_c_void_p * max(1, len(lses)))(*lses)
+        self.o_parts = ctypes.cast(parts, ctypes.POINTER(fmha_tensor))
+        self.lse_parts = ctypes.cast(lse, ctypes.POINTER(_c_void_p))
+        self.num_parts = len(tensors)
+        self._parts_keepalive = (parts, lse)
+
+
+FMHA_MERGE_PARAMS_SIZE_V1 = ctypes.sizeof(fmha_merge_params)
+
+
 # ---- the library -----------------------------------------------------------------
 def _load():
     explicit = os.environ.get("FMHA_LIBRARY")
@@ -179,6 +212,14 @@ for _name, _res, _args in [
         ("fmha_version", _c_uint32, [])]:
     _fn = getattr(_lib, _name)
     _fn.restype, _fn.argtypes = _res, _args
+
+_M = ctypes.POINTER(fmha_merge_params)
+if hasattr(_lib, "fmha_merge"):  # 0.2's merge (absent from builds that predate it)
+    _lib.fmha_merge_params_init.restype, _lib.fmha_merge_params_init.argtypes = None, [_M]
+    _lib.fmha_merge.restype, _lib.fmha_merge.argtypes = ctypes.c_int, [_H, _M]
+
+    def fmha_merge(handle, params: fmha_merge_params) -> int:
+        return _lib.fmha_merge(handle, ctypes.byref(params))
 
 _loaded = _lib.fmha_version()
 if _loaded // 10000 != FMHA_VERSION_MAJOR or _loaded < FMHA_VERSION_NUMBER:
