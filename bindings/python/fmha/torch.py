@@ -60,11 +60,15 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     out_shape, lse_shape = _output_shapes(q, return_lse)
     out = torch.empty(out_shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    # torch's current stream on the tensors' device; fmha.forward allocates
+    # the workspace with torch.empty (the caching allocator) on that device.
+    stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
     # Inside the op the autograd layer is already passed: the inputs are
     # read as plain views (detach shares memory).
     fmha.forward(q.detach(), k.detach(), v.detach(), causal=causal,
                  causal_alignment=causal_alignment, window=(window_left, window_right),
-                 scale=scale, softcap=softcap, out=out, out_lse=lse if return_lse else None)
+                 scale=scale, softcap=softcap, out=out, out_lse=lse if return_lse else None,
+                 stream=stream)
     return out, lse
 
 
