@@ -189,7 +189,7 @@ def _load():
     else:
         hint = (f"libfmha was not found ({errors[-1]}); set FMHA_LIBRARY to the library file, "
                 "e.g. FMHA_LIBRARY=build/src/libfmha.so.0 after a CMake build")
-    raise ImportError("fmha: the SWIG extension fmha.capi is not built and the ctypes "
+    raise ImportError("fmha: the SWIG extension fmha.capi is not importable and the ctypes "
                       f"fallback cannot load libfmha: {hint}")
 
 
