@@ -17,8 +17,10 @@
 # Logs go to $OUT (or ./torch-op-out): env.txt, build.log, torch.log,
 # forward_cuda.log, summary.txt. Exit status 0 when every step passed.
 #
-# Environment: TORCH_OP_BUILD_DIR (default build), TORCH_OP_ARCH (default
-# 90-real), TORCH_OP_JOBS (default 16), TORCH_OP_BUILD=0 reuses a build.
+# Environment: TORCH_OP_BUILD_DIR (default build; an existing one keeps its
+# configuration, else it is configured for the library alone), TORCH_OP_ARCH
+# (default 90-real), TORCH_OP_JOBS (default 16), TORCH_OP_BUILD=0 skips the
+# build, TORCH_OP_TIMEOUT (seconds per test step, default 400).
 set -u -o pipefail
 
 out=${OUT:-$PWD/torch-op-out}
@@ -43,9 +45,13 @@ cat "$out/env.txt" | tee -a "$summary"
 # ---- 1. libfmha -----------------------------------------------------------------
 if [ "${TORCH_OP_BUILD:-1}" = 1 ]; then
   t0=$SECONDS
-  { cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_CUDA_ARCHITECTURES="${TORCH_OP_ARCH:-90-real}" -DFMHA_BUILD_PYTHON=OFF \
-      -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_TESTS=OFF -DFMHA_BUILD_BENCHMARKS=OFF &&
+  # An existing build directory (gpu_check.sh's) keeps its configuration:
+  # only the library target is brought up to date.
+  { if [ ! -f "$bdir/CMakeCache.txt" ]; then
+      cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CUDA_ARCHITECTURES="${TORCH_OP_ARCH:-90-real}" -DFMHA_BUILD_PYTHON=OFF \
+        -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_TESTS=OFF -DFMHA_BUILD_BENCHMARKS=OFF
+    fi &&
     cmake --build "$bdir" -j"${TORCH_OP_JOBS:-16}" --target fmha; } > "$out/build.log" 2>&1
   rc=$?
   note "build      rc=$rc $((SECONDS - t0))s"
@@ -70,18 +76,24 @@ python3 -c 'import fmha; print("fmha", fmha.__version__, "capi:", fmha.capi.__na
 tests=bindings/python/tests
 t0=$SECONDS
 if python3 -c 'import pytest' 2>/dev/null; then
-  timeout 900 python3 -m pytest -v -rs -p no:cacheprovider "$tests/test_torch.py" > "$out/torch.log" 2>&1
+  timeout "${TORCH_OP_TIMEOUT:-400}" python3 -m pytest -v -rs -p no:cacheprovider "$tests/test_torch.py" > "$out/torch.log" 2>&1
 else
-  timeout 900 python3 "$tests/test_torch.py" > "$out/torch.log" 2>&1
+  timeout "${TORCH_OP_TIMEOUT:-400}" python3 "$tests/test_torch.py" > "$out/torch.log" 2>&1
 fi
 rc=$?
 [ $rc -eq 0 ] || status=1
 note "test_torch rc=$rc $((SECONDS - t0))s  torch.log"
 grep -E "^(FAILED|SKIPPED \[[0-9]+\])|passed|failed|no tests ran" "$out/torch.log" | tail -25 | sed 's/^/  /' | tee -a "$summary"
 
+# On the GPU machine a skipped CUDA case is a failure of this script's purpose.
+if grep -qE "torch sees no CUDA GPU|fmha's CUDA backend is not available" "$out/torch.log"; then
+  status=1
+  note "the CUDA cases were skipped: $(grep -oE "(torch sees no CUDA GPU|fmha's CUDA backend is not available[^\"]*)" "$out/torch.log" | head -1)"
+fi
+
 if python3 -c 'import pytest' 2>/dev/null; then
   t0=$SECONDS
-  timeout 900 python3 -m pytest -q -rs -p no:cacheprovider "$tests/test_forward_cuda.py" \
+  timeout "${TORCH_OP_TIMEOUT:-400}" python3 -m pytest -q -rs -p no:cacheprovider "$tests/test_forward_cuda.py" \
     > "$out/forward_cuda.log" 2>&1
   rc=$?
   [ $rc -eq 0 ] || status=1
