@@ -17,7 +17,6 @@ fmha computes the forward only: the op has no backward (calling backward
 through it raises), and ``sdpa`` refuses inputs that require grad while
 grad mode is on.
 """
-from __future__ import annotations
 
 import math
 from typing import Optional, Tuple
