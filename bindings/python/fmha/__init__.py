@@ -32,7 +32,18 @@ import re
 import threading
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import capi
+try:
+    from . import capi
+except ImportError:
+    # No SWIG extension here (a machine without SWIG): the same API over
+    # ctypes (_capi_ctypes.py, FMHA_LIBRARY). An extension that is there but
+    # fails to load is an error, not a reason to fall back.
+    import importlib.machinery
+    import os
+    if any(os.path.exists(os.path.join(os.path.dirname(__file__), "_capi" + suffix))
+           for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+        raise
+    from . import _capi_ctypes as capi
 from ._arrays import CPU, CUDA, Array, ArrayError, describe, device_of, library_of, numpy_dtype
 
 __all__ = [
