@@ -101,19 +101,24 @@ __global__ void __launch_bounds__(kMergeWarps * kWarpSize) merge_kernel(const __
     sum = warp_sum(sum);
     const float inv = 1.f / sum;  // sum >= 1: the part at the max has w = 1
 
-    for (int64_t d = lane; d < p.head_dim; d += kWarpSize) {
+    // The column loop runs warp-uniformly (the shuffle below needs every
+    // lane, and head_dim need not be a multiple of 32): lanes past head_dim
+    // take part in the shuffles and skip the loads and the store.
+    for (int64_t d0 = 0; d0 < p.head_dim; d0 += kWarpSize) {
+      const int64_t d = d0 + lane;
+      const bool active = d < p.head_dim;
       float acc = 0.f;
       for (int part = 0; part < n; ++part) {
         static_assert(kPartsPerLane == 2, "the select below reads w[0] or w[1]");
         const float wk = __shfl_sync(0xffffffffu, part < kWarpSize ? w[0] : w[1], part % kWarpSize);
-        if (wk == 0.f) continue;  // contributes nothing, whatever o_k holds
+        if (wk == 0.f || !active) continue;  // contributes nothing, whatever o_k holds
         const MergePart& q = p.part[part];
         const int64_t off = b * q.stride[0] + h * q.stride[1] + i * q.stride[2] + d * q.stride[3];
         const float v = p.carry && part == 0 ? to_float(static_cast<const TO*>(q.o)[off])
                                              : to_float(static_cast<const TP*>(q.o)[off]);
         acc = fmaf(wk * inv, v, acc);
       }
-      out[d * p.o_stride[3]] = from_float<TO>(acc);
+      if (active) out[d * p.o_stride[3]] = from_float<TO>(acc);
     }
     if (p.lse != nullptr && lane == 0) p.lse[row] = mx + logf(sum);
   }
