@@ -54,7 +54,9 @@ _CUDA_SKIP = None if _SKIP else _cuda_skip_reason()
 def _device(name):
     if name == "cuda" and _CUDA_SKIP:
         pytest.skip(_CUDA_SKIP)
-    return torch.device(name)
+    # With its index: a CUDA tensor's .device is cuda:0, and torch.device("cuda")
+    # (no index) compares unequal to it.
+    return torch.device("cuda", torch.cuda.current_device()) if name == "cuda" else torch.device(name)
 
 
 def _dtype(name):
