@@ -350,6 +350,9 @@ void check_numerics(const fmha_forward_params& p, int32_t dtype, const unsigned 
   // (inf, or NaN against a zero k) where float64 stays finite: only the
   // memory invariants apply then.
   if (scale > 1e29) return;
+  // Empty work: no row to check (and Nk may then be anything a stride-0
+  // view allows, far past what a score row can hold).
+  if (B == 0 || Nq == 0) return;
   std::vector<double> s(static_cast<size_t>(Nk));
   std::vector<char> vis(static_cast<size_t>(Nk));
   for (int64_t b = 0; b < B; ++b)
@@ -605,7 +608,7 @@ void run_one(Bytes& in) {
       if (ragged_k) p.max_seqlen_k = upto(p.k.dims[2]);
       if (paged) {
         p.block_table_stride = 1 + in.below(7);
-        p.max_seqlen_k = in.below(2) ? 0 : upto(p.block_table_stride * std::min<int64_t>(p.k.dims[2], 80));
+        p.max_seqlen_k = in.below(2) ? 0 : upto(p.block_table_stride * std::clamp<int64_t>(p.k.dims[2], 0, 80));
       }
     }
     if (in.below(16) == 0) p.reserved2_ = static_cast<int32_t>(in.u32());
