@@ -427,8 +427,12 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
     StridedBytes views[5];
     const char* names[5] = {"q_descale", "k_descale", "v_descale", "bias", "alibi_slopes"};
     const float* descales[3] = {prm.q_descale, prm.k_descale, prm.v_descale};
+    // B * Hk fits int64 whenever there is work (o's elements do); an empty
+    // problem (seq 0) may declare any dims.
+    int64_t factors = 0;
+    if (__builtin_mul_overflow(batch, hk, &factors)) factors = INT64_MAX;
     for (int i = 0; i < 3; ++i)
-      if (descales[i] != nullptr && (s = check_float_array(names[i], descales[i], batch * hk, &views[i]))) return s;
+      if (descales[i] != nullptr && (s = check_float_array(names[i], descales[i], factors, &views[i]))) return s;
     if (prm.bias.data != nullptr) {
       const int64_t full[4] = {batch, hq, seq_q, seq_k};
       if ((s = check_bias(prm.bias, full, bias_strides, &views[3]))) return s;
