@@ -283,7 +283,8 @@ typedef struct fmha_forward_params {
    * paged keys, the sequence's key j), so one bias layout serves dense and
    * ragged batches alike; entries past a sequence's Nq(b) or Nk(b) are not
    * read. dtype F16, BF16 or F32 (not FP8); -inf allowed (ggml's mask
-   * tensor); +inf or NaN make the row NaN (see the masks section).
+   * tensor); +inf or NaN at a key the row sees make the row's O and lse NaN
+   * (the masks section's rules for such logits); at a masked key nothing.
    * bias.data = NULL = no bias (then the other bias fields are ignored);
    * else the extent rules of every tensor apply and o and lse share no
    * byte with it. In the handle's memory. */

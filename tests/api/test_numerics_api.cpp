@@ -300,3 +300,33 @@ TEST_CASE("numerics: structs of the 0.1 and 0.2 sizes keep working, read to thei
   CHECK(f.run(&p) == FMHA_SUCCESS);
   CHECK(std::memcmp(f.o.data(), o_full.data(), o_full.size() * 4) == 0);
 }
+
+TEST_CASE("numerics: a -inf bias row gives O = 0 and lse = -inf; +inf or NaN in a seen key's bias gives NaN") {
+  Numerics f;
+  f.set_bias();
+  const float inf = INFINITY;
+  for (int64_t j = 0; j < Numerics::Nk; ++j) f.bias[0 * Numerics::Nk + j] = -inf;  // row 0: all -inf
+  f.bias[1 * Numerics::Nk + 3] = inf;                                           // row 1: one +inf
+  f.bias[2 * Numerics::Nk + 6] = std::nanf("");                                 // row 2: NaN on a masked key
+  f.bias[3 * Numerics::Nk + 0] = -inf;                                          // row 3: one -inf
+  f.bias[4 * Numerics::Nk + 2] = std::nanf("");                                 // row 4: NaN on a seen key
+  f.p.mask_flags = FMHA_MASK_CAUSAL;  // d(i) = i + Nk - Nq = i + 2: row i sees keys 0..i+2
+  REQUIRE(f.run() == FMHA_SUCCESS);
+  for (int64_t b = 0; b < Numerics::B; ++b)
+    for (int64_t h = 0; h < Numerics::Hq; ++h) {
+      CAPTURE(b);
+      CAPTURE(h);
+      const int64_t row0 = (b * Numerics::Hq + h) * Numerics::Nq;
+      CHECK(f.lse[row0] == -inf);
+      for (int64_t d = 0; d < Numerics::D; ++d) CHECK(f.o[row0 * Numerics::D + d] == 0.f);
+      CHECK(std::isnan(f.lse[row0 + 1]));
+      CHECK(std::isnan(f.o[(row0 + 1) * Numerics::D]));
+      // Row 2 sees keys 0..4: the NaN at key 6 is masked and never matters.
+      CHECK(std::isfinite(f.lse[row0 + 2]));
+      CHECK(std::isfinite(f.o[(row0 + 2) * Numerics::D]));
+      CHECK(std::isfinite(f.lse[row0 + 3]));
+      CHECK(std::isfinite(f.o[(row0 + 3) * Numerics::D]));
+      CHECK(std::isnan(f.lse[row0 + 4]));
+      CHECK(std::isnan(f.o[(row0 + 4) * Numerics::D]));
+    }
+}
