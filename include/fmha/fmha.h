@@ -270,7 +270,7 @@ typedef struct fmha_forward_params {
   const float* k_descale;
   const float* v_descale;
   /* Additive bias, logical dims [B, Hq, Nq, Nk] with B, Nq, Nk as the
-   * Problem sees them: for dense q/k the q/k dims; for serving layouts
+   * library resolves them: for dense q/k the q/k dims; for serving layouts
    * B = num_seqs (or q.dims[0]), Nq = the query bound (max_seqlen_q, or
    * q.dims[2]) and Nk = the key bound (max_seqlen_k; paged with
    * max_seqlen_k 0: block_table_stride * page_size; dense with seqused_k:
