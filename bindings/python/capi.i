@@ -205,6 +205,7 @@ FMHA_ADDRESS_TYPEMAPS(const int32_t*, block_table)
  * (declared before the header so the macro is not expanded in the name). */
 %constant uint32_t FMHA_FORWARD_PARAMS_SIZE_V1 = FMHA_FORWARD_PARAMS_SIZE_V1;
 %constant uint32_t FMHA_FORWARD_PARAMS_SIZE_V2 = FMHA_FORWARD_PARAMS_SIZE_V2;
+%constant uint32_t FMHA_FORWARD_PARAMS_SIZE_V3 = FMHA_FORWARD_PARAMS_SIZE_V3;
 %constant uint32_t FMHA_MERGE_PARAMS_SIZE_V1 = FMHA_MERGE_PARAMS_SIZE_V1;
 
 %include "fmha/fmha.h"

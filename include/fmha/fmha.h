@@ -22,7 +22,7 @@
 /* ---- version ----------------------------------------------------------- */
 
 #define FMHA_VERSION_MAJOR 0
-#define FMHA_VERSION_MINOR 2
+#define FMHA_VERSION_MINOR 3
 #define FMHA_VERSION_PATCH 0
 /* MAJOR*10000 + MINOR*100 + PATCH. Same major = ABI compatible. */
 #define FMHA_VERSION_NUMBER \
@@ -90,6 +90,11 @@ typedef enum fmha_dtype {
   FMHA_DTYPE_F16 = 1,
   FMHA_DTYPE_BF16 = 2,
   FMHA_DTYPE_F32 = 3,
+  /* OCP 8-bit floats (0.3), inputs only (see "inference numerics" below).
+   * E4M3: bias 7, no inf, NaN = S.1111.111 only, largest finite 448;
+   * E5M2: bias 15, IEEE-like (inf, NaNs), largest finite 57344. */
+  FMHA_DTYPE_F8E4M3 = 4,
+  FMHA_DTYPE_F8E5M2 = 5,
   FMHA_DTYPE_MAX_ENUM_ = 0x7fffffff /* not a dtype */
 } fmha_dtype;
 
@@ -103,7 +108,7 @@ typedef enum fmha_device_kind {
  * are in elements (not bytes) and may be any non-negative values, so BHND,
  * BNHD and slices of a packed QKV buffer are all expressible. The head_dim
  * stride should be 1 for the fast kernels. data must be aligned to the
- * element size (2 bytes for F16/BF16, 4 for F32). heads and head_dim are in
+ * element size (1 byte for FP8, 2 for F16/BF16, 4 for F32). heads and head_dim are in
  * [1, FMHA_MAX_DIM]; batch and seq are in [0, FMHA_MAX_DIM] (empty work is
  * not an error: nothing is read, rows that see no key get O = 0 and
  * lse = -inf, and a tensor with no element may have data NULL). The largest element offset, sum((dims-1)*strides), plus one,
@@ -155,7 +160,8 @@ typedef struct fmha_forward_params {
   uint32_t mask_flags;  /* FMHA_MASK_* */
   /* q: [B, Hq, Nq, D]; k, v: [B, Hk, Nk, D] with Hq % Hk == 0 (GQA/MQA:
    * query head h reads kv head h / (Hq / Hk)); o: [B, Hq, Nq, D].
-   * q, k, v and o share one dtype. o shares no byte with q, k, v or itself
+   * q, k, v and o share one dtype, except as the 0.3 fields below allow
+   * ("inference numerics": FP8 inputs and another o dtype). o shares no byte with q, k, v or itself
    * (checked exactly, element by element: q, k, v and o rows interleaved in
    * one packed buffer are fine); q, k and v may overlap each other. */
   fmha_tensor q;
@@ -231,16 +237,80 @@ typedef struct fmha_forward_params {
    * else at most that; else 0. */
   int32_t max_seqlen_k;
   int32_t reserved2_;  /* must be 0 */
+
+  /* ---- 0.3: inference numerics (FP8, descales, bias, ALiBi) -------------
+   * All zero/NULL (what fmha_forward_params_init sets, and what a caller
+   * compiled against 0.1 or 0.2 cannot set) = none of it.
+   *
+   * Dtypes. k and v share a dtype. Either all of q, k, v have one dtype of
+   * F16, BF16, F32 (as before 0.3), or k/v are FP8 (F8E4M3 or F8E5M2) and q
+   * is F16, BF16 or FP8 (either kind): an FP8 KV cache, or FP8 inputs
+   * throughout. o is F16, BF16 or F32 whatever the inputs (never FP8). FP8
+   * values are decoded exactly (every FP8 value is an F16 value); the
+   * softmax state stays FP32 as always.
+   *
+   * The logits of query i (head h, sequence b) and key j are
+   *   s_ij = scale * q_descale[b, h / G] * k_descale[b, h / G] * (q_i . k_j)
+   * (G = Hq / Hk), then soft-capped when softcap != 0, then
+   *   s_ij += bias[b, h, i, j] - alibi_slope[b, h] * |d(i) - j|,
+   * then the causal and window masks apply (a masked key is out whatever
+   * the bias says). The output is
+   *   o_i = v_descale[b, h / G] * sum_j softmax(s_i)_j v_j
+   * and lse is that of the final s_ij (bias and ALiBi included, before
+   * v_descale). A row whose every visible s_ij is -inf (a -inf bias) gets
+   * o = 0 and lse = -inf, like a row that sees no key. */
+  /* Descale factors, [B, Hk] FP32, contiguous (B = the batch, num_seqs for
+   * ragged batches): one per batch entry (sequence) and KV head, FA3's
+   * convention; q's factor applies to the query heads of that KV group.
+   * NULL = 1. Allowed on any dtype, not only FP8 (they are applied). In
+   * the handle's memory (device memory for a CUDA handle, host for CPU);
+   * read by the kernels, never by the host, and not validated (a NaN or
+   * inf factor gives what the formula gives). */
+  const float* q_descale;
+  const float* k_descale;
+  const float* v_descale;
+  /* Additive bias, logical dims [B, Hq, Nq, Nk] with B, Nq, Nk as the
+   * library resolves them: for dense q/k the q/k dims; for serving layouts
+   * B = num_seqs (or q.dims[0]), Nq = the query bound (max_seqlen_q, or
+   * q.dims[2]) and Nk = the key bound (max_seqlen_k; paged with
+   * max_seqlen_k 0: block_table_stride * page_size; dense with seqused_k:
+   * k.dims[2]). Each bias.dims[d] is either that dim or 1 (a dim of 1
+   * broadcasts; its stride is then ignored); any strides, 0 broadcasts
+   * too: [1, 1, Nq, Nk] is a mask shared by the batch, [B, 1, 1, Nk] a key
+   * padding mask. Element [b, h, i, j] applies to query i and key j of
+   * sequence b counted from the sequence's start (its local positions:
+   * with packed queries, row cu_seqlens_q[b] + i is i; with packed or
+   * paged keys, the sequence's key j), so one bias layout serves dense and
+   * ragged batches alike; entries past a sequence's Nq(b) or Nk(b) are not
+   * read. dtype F16, BF16 or F32 (not FP8); -inf allowed (ggml's mask
+   * tensor); +inf or NaN at a key the row sees make the row's O and lse NaN
+   * (the masks section's rules for such logits); at a masked key nothing.
+   * bias.data = NULL = no bias (then the other bias fields are ignored);
+   * else the extent rules of every tensor apply and o and lse share no
+   * byte with it. In the handle's memory. */
+  fmha_tensor bias;
+  /* ALiBi slopes, FP32: s_ij -= slope * |d(i) - j| with d(i) the active
+   * diagonal of query i (bottom-right i + Nk(b) - Nq(b) by default, i with
+   * FMHA_MASK_CAUSAL_TOP_LEFT; FlashAttention's definition, with or
+   * without a causal mask). NULL = none. alibi_slopes_stride 0: [Hq], one
+   * slope per query head for every batch entry; else [B, Hq] with row b at
+   * alibi_slopes + b * alibi_slopes_stride, stride >= Hq. In the handle's
+   * memory; not validated (any finite slope, negative too, is applied). */
+  const float* alibi_slopes;
+  int64_t alibi_slopes_stride; /* 0 without alibi_slopes */
 } fmha_forward_params;
 
 /* The sizes of fmha_forward_params as shipped: 0.1 (everything up to
- * reserved_) and 0.2 (the serving layouts). Literals, so they never move. */
+ * reserved_), 0.2 (the serving layouts, up to reserved2_) and 0.3 (the
+ * inference numerics). Literals, so they never move. */
 #if UINTPTR_MAX == 0xffffffffffffffffu
 #define FMHA_FORWARD_PARAMS_SIZE_V1 ((uint32_t)368)
 #define FMHA_FORWARD_PARAMS_SIZE_V2 ((uint32_t)424)
+#define FMHA_FORWARD_PARAMS_SIZE_V3 ((uint32_t)544)
 #else
 #define FMHA_FORWARD_PARAMS_SIZE_V1 ((uint32_t)offsetof(fmha_forward_params, num_seqs))
-#define FMHA_FORWARD_PARAMS_SIZE_V2 ((uint32_t)sizeof(fmha_forward_params))
+#define FMHA_FORWARD_PARAMS_SIZE_V2 ((uint32_t)offsetof(fmha_forward_params, q_descale))
+#define FMHA_FORWARD_PARAMS_SIZE_V3 ((uint32_t)sizeof(fmha_forward_params))
 #endif
 
 /* Sets the defaults of a params struct of struct_size bytes (the caller's

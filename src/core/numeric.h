@@ -1,5 +1,6 @@
 // Scalar conversions between FP32 and the 16-bit storage formats (IEEE
-// binary16 "F16" and bfloat16 "BF16"), host only.
+// binary16 "F16" and bfloat16 "BF16"), and from the OCP FP8 formats
+// (E4M3, E5M2) to FP32, host only.
 //
 // Storage values are passed as their raw uint16_t bits. Widening is exact for
 // every input; narrowing rounds to nearest, ties to even, keeps the sign,
@@ -84,5 +85,20 @@ inline uint16_t float_to_bf16(float f) {
   // Overflow carries into the exponent and gives inf, as it should.
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+
+// OCP FP8 E4M3 (bias 7, no infinities, NaN = S.1111.111) -> float, exact.
+inline float fp8_e4m3_to_float(uint8_t b) {
+  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  const uint32_t e = (b >> 3) & 0xfu, m = b & 0x7u;
+  if (e == 0xfu && m == 0x7u) return bits_float(sign | 0x7fc00000u);
+  // Subnormal: m * 2^-9; normal: (8 + m) * 2^(e - 10). Both exact in float.
+  const float mag = e == 0 ? static_cast<float>(m) * 0x1p-9f
+                           : static_cast<float>(8u + m) * bits_float((e - 10u + 127u) << 23);
+  return bits_float(sign | float_bits(mag));
+}
+
+// OCP FP8 E5M2 (bias 15, IEEE-like: inf and NaNs) -> float, exact: it is
+// the top byte of a binary16.
+inline float fp8_e5m2_to_float(uint8_t b) { return half_to_float(static_cast<uint16_t>(b << 8)); }
 
 }  // namespace fmha

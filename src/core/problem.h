@@ -28,16 +28,24 @@ int32_t enum_bits(const Enum& e) {
 
 // Bytes per element of a dtype given as an int (0 for values outside fmha_dtype).
 constexpr int dtype_size_bits(int32_t t) {
-  return t == FMHA_DTYPE_F16 || t == FMHA_DTYPE_BF16 ? 2 : t == FMHA_DTYPE_F32 ? 4 : 0;
+  return t == FMHA_DTYPE_F16 || t == FMHA_DTYPE_BF16 ? 2
+         : t == FMHA_DTYPE_F32                       ? 4
+         : t == FMHA_DTYPE_F8E4M3 || t == FMHA_DTYPE_F8E5M2 ? 1
+                                                     : 0;
 }
 
 // Bytes per element of a dtype (0 for values outside fmha_dtype).
-constexpr int dtype_size(fmha_dtype t) {
-  return t == FMHA_DTYPE_F16 || t == FMHA_DTYPE_BF16 ? 2 : t == FMHA_DTYPE_F32 ? 4 : 0;
-}
+constexpr int dtype_size(fmha_dtype t) { return dtype_size_bits(static_cast<int32_t>(t)); }
+
+constexpr bool is_fp8(fmha_dtype t) { return t == FMHA_DTYPE_F8E4M3 || t == FMHA_DTYPE_F8E5M2; }
 
 constexpr const char* dtype_name(fmha_dtype t) {
-  return t == FMHA_DTYPE_F16 ? "F16" : t == FMHA_DTYPE_BF16 ? "BF16" : t == FMHA_DTYPE_F32 ? "F32" : "?";
+  return t == FMHA_DTYPE_F16      ? "F16"
+         : t == FMHA_DTYPE_BF16   ? "BF16"
+         : t == FMHA_DTYPE_F32    ? "F32"
+         : t == FMHA_DTYPE_F8E4M3 ? "F8E4M3"
+         : t == FMHA_DTYPE_F8E5M2 ? "F8E5M2"
+                                  : "?";
 }
 
 // One operand: base pointer and element strides in [batch, head, seq, dim]
@@ -48,7 +56,12 @@ struct Operand {
 };
 
 struct Problem {
+  // q's dtype; k and v share kv_dtype, o has o_dtype (fmha.h 0.3: FP8 K/V
+  // or inputs, another o dtype). All three equal before 0.3; a kernel that
+  // reads only `dtype` must not declare kFeatureMixedDtypes.
   fmha_dtype dtype = FMHA_DTYPE_F16;
+  fmha_dtype kv_dtype = FMHA_DTYPE_F16;
+  fmha_dtype o_dtype = FMHA_DTYPE_F16;
   int64_t batch = 0;
   int64_t heads_q = 0;
   int64_t heads_kv = 0;
@@ -81,6 +94,19 @@ struct Problem {
   // lse is [heads_q, total_q] for ragged queries.
   SeqLayout layout;
 
+  // Inference numerics (fmha.h 0.3). Descales: [batch, heads_kv] FP32
+  // contiguous, null = 1. bias: [batch, heads_q, seq_q, seq_k] element
+  // strides (0 on broadcast dims, a dim of 1 included), indexed by the
+  // sequence's local query and key positions; bias.data null = none.
+  // ALiBi: slope of (b, h) at alibi_slopes[b * alibi_stride + h].
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  Operand bias;
+  fmha_dtype bias_dtype = FMHA_DTYPE_F32;
+  const float* alibi_slopes = nullptr;
+  int64_t alibi_stride = 0;
+
   int32_t num_splits = 0;        // 0 = automatic
   const char* forced_kernel = nullptr;
 
@@ -106,6 +132,9 @@ struct Problem {
   // Empty work: no query row belongs to a sequence, so nothing is read or
   // written (fmha_forward returns before any kernel).
   bool no_rows() const { return batch == 0 || seq_q == 0; }
+  bool mixed_dtypes() const { return kv_dtype != dtype || o_dtype != dtype; }
+  bool has_descale() const { return q_descale != nullptr || k_descale != nullptr || v_descale != nullptr; }
+  bool has_bias() const { return bias.data != nullptr; }
   bool has_mask() const { return window_left >= 0 || window_right >= 0; }
   bool has_window() const { return window_left >= 0 || (window_right >= 0 && !causal); }
 };

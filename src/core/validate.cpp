@@ -17,10 +17,13 @@ namespace {
 constexpr fmha_status kInvalid = FMHA_ERROR_INVALID_ARGUMENT;
 
 // Every struct_size fmha has shipped. Append, never remove.
-constexpr uint32_t kShippedParamSizes[] = {FMHA_FORWARD_PARAMS_SIZE_V1, FMHA_FORWARD_PARAMS_SIZE_V2};
+constexpr uint32_t kShippedParamSizes[] = {FMHA_FORWARD_PARAMS_SIZE_V1, FMHA_FORWARD_PARAMS_SIZE_V2,
+                                           FMHA_FORWARD_PARAMS_SIZE_V3};
 static_assert(offsetof(fmha_forward_params, num_seqs) == FMHA_FORWARD_PARAMS_SIZE_V1,
               "FMHA_FORWARD_PARAMS_SIZE_V1 is 0.1's size: fields only grow at the end");
-static_assert(sizeof(fmha_forward_params) == FMHA_FORWARD_PARAMS_SIZE_V2, "FMHA_FORWARD_PARAMS_SIZE_V2 is the 0.2 size");
+static_assert(offsetof(fmha_forward_params, q_descale) == FMHA_FORWARD_PARAMS_SIZE_V2,
+              "FMHA_FORWARD_PARAMS_SIZE_V2 is 0.2's size: fields only grow at the end");
+static_assert(sizeof(fmha_forward_params) == FMHA_FORWARD_PARAMS_SIZE_V3, "FMHA_FORWARD_PARAMS_SIZE_V3 is the 0.3 size");
 
 // A tensor with no element (batch or seq 0): nothing is read or written
 // through it, so it overlaps nothing and its data may be NULL.
@@ -33,7 +36,8 @@ fmha_status check_tensor(const char* name, const fmha_tensor& t) {
   const int32_t dtype = enum_bits(t.dtype);
   const int64_t esize = dtype_size_bits(dtype);
   if (esize == 0)
-    return fail(kInvalid, "%s.dtype=%d is not an fmha_dtype (F16=1, BF16=2, F32=3)", name, dtype);
+    return fail(kInvalid, "%s.dtype=%d is not an fmha_dtype (F16=1, BF16=2, F32=3, F8E4M3=4, F8E5M2=5)", name,
+                dtype);
   static const char* const kDimNames[4] = {"batch", "heads", "seq", "head_dim"};
   for (int d = 0; d < 4; ++d) {
     const bool may_be_empty = d == 0 || d == 2;
@@ -237,6 +241,82 @@ fmha_status check_layout(const fmha_forward_params& prm, SeqLayout* L, int64_t* 
   return FMHA_SUCCESS;
 }
 
+// The dtype rules of fmha.h 0.3: k and v share a dtype; q shares it too
+// unless k/v are FP8 (then q is F16, BF16 or FP8); o is F16, BF16 or F32.
+fmha_status check_dtypes(fmha_dtype q, fmha_dtype k, fmha_dtype v, fmha_dtype o) {
+  if (v != k)
+    return fail(kInvalid, "v.dtype=%s differs from k.dtype=%s (k and v share a dtype)", dtype_name(v),
+                dtype_name(k));
+  if (is_fp8(o))
+    return fail(kInvalid, "o.dtype=%s must be F16, BF16 or F32 (FP8 is for inputs only)", dtype_name(o));
+  if (is_fp8(k)) {
+    if (q == FMHA_DTYPE_F32)
+      return fail(kInvalid, "q.dtype=F32 with k.dtype=%s: with FP8 K/V, q must be F16, BF16 or FP8",
+                  dtype_name(k));
+  } else if (k != q) {
+    return fail(kInvalid, "k.dtype=%s differs from q.dtype=%s (only FP8 K/V may differ from q%s)", dtype_name(k),
+                dtype_name(q), is_fp8(q) ? "; an FP8 q needs FP8 K/V" : "");
+  }
+  return FMHA_SUCCESS;
+}
+
+// `count` FP32 values at ptr: 4-byte aligned, their extent fits; *view
+// receives their bytes (empty when count is 0).
+fmha_status check_float_array(const char* name, const float* ptr, int64_t count, StridedBytes* view) {
+  *view = StridedBytes{};
+  if (reinterpret_cast<uintptr_t>(ptr) % alignof(float) != 0)
+    return fail(kInvalid, "%s=%p is not 4-byte aligned", name, static_cast<const void*>(ptr));
+  if (count <= 0) return FMHA_SUCCESS;
+  int64_t bytes;
+  uintptr_t end;
+  if (__builtin_mul_overflow(count, static_cast<int64_t>(sizeof(float)), &bytes) ||
+      __builtin_add_overflow(reinterpret_cast<uintptr_t>(ptr), static_cast<uintptr_t>(bytes) - 1, &end))
+    return fail(kInvalid, "%s=%p: %" PRId64 " floats overflow the address space", name,
+                static_cast<const void*>(ptr), count);
+  *view = contiguous_bytes(ptr, static_cast<uint64_t>(bytes));
+  return FMHA_SUCCESS;
+}
+
+// The bias tensor against the problem's [B, Hq, Nq, Nk]: dtype, dims (each
+// the problem's or 1), strides, alignment and extent. *strides receives the
+// element strides the kernels use (0 on a broadcast dim of 1), *view its
+// bytes (empty when the problem has no element).
+fmha_status check_bias(const fmha_tensor& t, const int64_t full[4], int64_t strides[4], StridedBytes* view) {
+  *view = StridedBytes{};
+  const int32_t dtype = enum_bits(t.dtype);
+  if (dtype != FMHA_DTYPE_F16 && dtype != FMHA_DTYPE_BF16 && dtype != FMHA_DTYPE_F32)
+    return fail(kInvalid, "bias.dtype=%d must be F16 (1), BF16 (2) or F32 (3)", dtype);
+  static const char* const kNames[4] = {"batch", "heads_q", "Nq", "Nk"};
+  for (int d = 0; d < 4; ++d) {
+    if (t.dims[d] != full[d] && t.dims[d] != 1)
+      return fail(kInvalid, "bias.dims[%d]=%" PRId64 " must be %" PRId64 " (%s) or 1 (broadcast)", d, t.dims[d],
+                  full[d], kNames[d]);
+    if (t.strides[d] < 0)
+      return fail(kInvalid, "bias.strides[%d]=%" PRId64 " must be non-negative", d, t.strides[d]);
+    strides[d] = t.dims[d] == 1 ? 0 : t.strides[d];
+  }
+  const int64_t esize = dtype_size_bits(dtype);
+  if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(esize) != 0)
+    return fail(kInvalid, "bias.data=%p is not %d-byte aligned (%s elements)", t.data, static_cast<int>(esize),
+                dtype_name(t.dtype));
+  for (int d = 0; d < 4; ++d)
+    if (full[d] == 0) return FMHA_SUCCESS;  // no element is read
+  int64_t last = 0;
+  for (int d = 0; d < 4; ++d) {
+    int64_t term;
+    if (__builtin_mul_overflow(t.dims[d] - 1, strides[d], &term) || __builtin_add_overflow(last, term, &last))
+      return fail(kInvalid, "bias: dims x strides overflows int64 (dims[%d]=%" PRId64 ", strides[%d]=%" PRId64 ")",
+                  d, t.dims[d], d, t.strides[d]);
+  }
+  int64_t bytes;
+  uintptr_t end;
+  if (__builtin_add_overflow(last, 1, &bytes) || __builtin_mul_overflow(bytes, esize, &bytes) ||
+      __builtin_add_overflow(reinterpret_cast<uintptr_t>(t.data), static_cast<uintptr_t>(bytes) - 1, &end))
+    return fail(kInvalid, "bias: extent of %" PRId64 " + 1 elements overflows the address space", last);
+  *view = tensor_bytes(t.data, t.dims, strides, static_cast<int>(esize));
+  return FMHA_SUCCESS;
+}
+
 }  // namespace
 
 fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
@@ -245,9 +325,9 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
   if (std::find(std::begin(kShippedParamSizes), std::end(kShippedParamSizes), size) ==
       std::end(kShippedParamSizes))
     return fail(kInvalid,
-                "params->struct_size=%u is not a size fmha has shipped (0.1: %u, 0.2: %u); "
+                "params->struct_size=%u is not a size fmha has shipped (0.1: %u, 0.2: %u, 0.3: %u); "
                 "call fmha_forward_params_init()",
-                size, FMHA_FORWARD_PARAMS_SIZE_V1, FMHA_FORWARD_PARAMS_SIZE_V2);
+                size, FMHA_FORWARD_PARAMS_SIZE_V1, FMHA_FORWARD_PARAMS_SIZE_V2, FMHA_FORWARD_PARAMS_SIZE_V3);
   // Read only what the caller's size covers; newer fields keep defaults.
   fmha_forward_params prm;
   fmha_forward_params_init(&prm);
@@ -262,14 +342,7 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
   const fmha_tensor& k = prm.k;
   const fmha_tensor& v = prm.v;
   const fmha_tensor& o = prm.o;
-  const struct {
-    const char* name;
-    const fmha_tensor* t;
-  } others[] = {{"k", &k}, {"v", &v}, {"o", &o}};
-  for (const auto& x : others)
-    if (x.t->dtype != q.dtype)
-      return fail(kInvalid, "%s.dtype=%s differs from q.dtype=%s", x.name, dtype_name(x.t->dtype),
-                  dtype_name(q.dtype));
+  if ((s = check_dtypes(q.dtype, k.dtype, v.dtype, o.dtype))) return s;
 
   if (k.dims[3] != q.dims[3])
     return fail(kInvalid, "k.dims[3]=%" PRId64 " (head_dim) differs from q.dims[3]=%" PRId64,
@@ -324,6 +397,7 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
   if ((s = check_disjoint("o", vo, "q", vq)) || (s = check_disjoint("o", vo, "k", vk)) ||
       (s = check_disjoint("o", vo, "v", vv)))
     return s;
+  StridedBytes vl;  // lse's bytes (empty without lse)
   if (prm.lse != nullptr) {
     const uintptr_t first = reinterpret_cast<uintptr_t>(prm.lse);
     if (first % alignof(float) != 0)
@@ -339,14 +413,64 @@ fmha_status build_problem(const fmha_forward_params* user, Problem* out) {
     if (rows > 0 && __builtin_add_overflow(first, static_cast<uintptr_t>(bytes) - 1, &end))
       return fail(kInvalid, "lse=%p: %" PRId64 " bytes wrap the address space", static_cast<void*>(prm.lse),
                   bytes);
-    const StridedBytes vl = rows == 0 ? StridedBytes{} : contiguous_bytes(prm.lse, static_cast<uint64_t>(bytes));
+    vl = rows == 0 ? StridedBytes{} : contiguous_bytes(prm.lse, static_cast<uint64_t>(bytes));
     if ((s = check_disjoint("lse", vl, "q", vq)) || (s = check_disjoint("lse", vl, "k", vk)) ||
         (s = check_disjoint("lse", vl, "v", vv)) || (s = check_disjoint("lse", vl, "o", vo)))
       return s;
   }
 
+  // 0.3: descales [B, Hk], the bias [B, Hq, Nq, Nk], ALiBi slopes [Hq] or
+  // [B, Hq]; o and lse share no byte with any of them.
+  int64_t bias_strides[4] = {0, 0, 0, 0};
+  {
+    const int64_t hq = q.dims[1], hk = k.dims[1];
+    StridedBytes views[5];
+    const char* names[5] = {"q_descale", "k_descale", "v_descale", "bias", "alibi_slopes"};
+    const float* descales[3] = {prm.q_descale, prm.k_descale, prm.v_descale};
+    // B * Hk fits int64 whenever there is work (o's elements do); an empty
+    // problem (seq 0) may declare any dims.
+    int64_t factors = 0;
+    if (__builtin_mul_overflow(batch, hk, &factors)) factors = INT64_MAX;
+    for (int i = 0; i < 3; ++i)
+      if (descales[i] != nullptr && (s = check_float_array(names[i], descales[i], factors, &views[i]))) return s;
+    if (prm.bias.data != nullptr) {
+      const int64_t full[4] = {batch, hq, seq_q, seq_k};
+      if ((s = check_bias(prm.bias, full, bias_strides, &views[3]))) return s;
+    }
+    if (prm.alibi_slopes == nullptr) {
+      if (prm.alibi_slopes_stride != 0)
+        return fail(kInvalid, "alibi_slopes_stride=%" PRId64 " must be 0 without alibi_slopes",
+                    prm.alibi_slopes_stride);
+    } else {
+      const int64_t st = prm.alibi_slopes_stride;
+      if (st != 0 && st < hq)
+        return fail(kInvalid, "alibi_slopes_stride=%" PRId64 " must be 0 ([Hq] slopes) or >= q.dims[1]=%" PRId64
+                    " ([B, Hq] slopes)", st, hq);
+      int64_t count = 0;
+      if (batch > 0 && (__builtin_mul_overflow(batch - 1, st, &count) || __builtin_add_overflow(count, hq, &count)))
+        return fail(kInvalid, "alibi_slopes: %" PRId64 " rows of stride alibi_slopes_stride=%" PRId64
+                    " overflow int64", batch, st);
+      if ((s = check_float_array("alibi_slopes", prm.alibi_slopes, count, &views[4]))) return s;
+    }
+    for (int i = 0; i < 5; ++i)
+      if ((s = check_disjoint("o", vo, names[i], views[i])) || (s = check_disjoint("lse", vl, names[i], views[i])))
+        return s;
+  }
+
   Problem p;
   p.dtype = q.dtype;
+  p.kv_dtype = k.dtype;
+  p.o_dtype = o.dtype;
+  p.q_descale = prm.q_descale;
+  p.k_descale = prm.k_descale;
+  p.v_descale = prm.v_descale;
+  if (prm.bias.data != nullptr) {
+    p.bias.data = prm.bias.data;
+    std::copy(bias_strides, bias_strides + 4, p.bias.stride);
+    p.bias_dtype = prm.bias.dtype;
+  }
+  p.alibi_slopes = prm.alibi_slopes;
+  p.alibi_stride = prm.alibi_slopes_stride;
   p.batch = batch;
   p.heads_q = q.dims[1];
   p.heads_kv = k.dims[1];
@@ -390,10 +514,34 @@ fmha_status check_workspace(const Problem& p, const void* workspace, size_t byte
     const char* name;
     const Operand* op;
     const int64_t* dims;
-  } all[] = {{"q", &p.q, q_dims}, {"k", &p.k, kv_dims}, {"v", &p.v, kv_dims}, {"o", &p.o, q_dims}};
+    fmha_dtype dtype;
+  } all[] = {{"q", &p.q, q_dims, p.dtype},
+             {"k", &p.k, kv_dims, p.kv_dtype},
+             {"v", &p.v, kv_dims, p.kv_dtype},
+             {"o", &p.o, q_dims, p.o_dtype}};
   fmha_status s;
   for (const auto& x : all)
-    if ((s = check_disjoint("workspace", ws, x.name, operand_view(*x.op, x.dims, p.dtype)))) return s;
+    if ((s = check_disjoint("workspace", ws, x.name, operand_view(*x.op, x.dims, x.dtype)))) return s;
+  // 0.3's inputs: the workspace must not clobber them either.
+  const int64_t floats = p.batch * p.heads_kv;
+  const struct {
+    const char* name;
+    const float* ptr;
+    int64_t count;
+  } arrays[] = {{"q_descale", p.q_descale, floats},
+                {"k_descale", p.k_descale, floats},
+                {"v_descale", p.v_descale, floats},
+                {"alibi_slopes", p.alibi_slopes, p.batch > 0 ? (p.batch - 1) * p.alibi_stride + p.heads_q : 0}};
+  for (const auto& x : arrays)
+    if (x.ptr != nullptr && x.count > 0 &&
+        (s = check_disjoint("workspace", ws, x.name, contiguous_bytes(x.ptr, static_cast<uint64_t>(x.count) * 4))))
+      return s;
+  if (p.has_bias() && !p.no_rows() && p.seq_k > 0) {
+    const int64_t bias_dims[4] = {p.batch, p.heads_q, p.seq_q, p.seq_k};
+    if ((s = check_disjoint("workspace", ws, "bias",
+                            tensor_bytes(p.bias.data, bias_dims, p.bias.stride, dtype_size(p.bias_dtype)))))
+      return s;
+  }
   const int64_t lse_rows = p.lse_rows();
   if (p.lse != nullptr && lse_rows > 0 &&
       (s = check_disjoint("workspace", ws, "lse", contiguous_bytes(p.lse, static_cast<uint64_t>(lse_rows) * 4))))
@@ -414,7 +562,12 @@ fmha_status check_memory_location(const Problem& p, const DeviceInfo& dev, Point
              {"cu_seqlens_q", p.layout.cu_seqlens_q},
              {"cu_seqlens_k", p.layout.cu_seqlens_k},
              {"seqused_k", p.layout.seqused_k},
-             {"block_table", p.layout.block_table}};
+             {"block_table", p.layout.block_table},
+             {"q_descale", p.q_descale},
+             {"k_descale", p.k_descale},
+             {"v_descale", p.v_descale},
+             {"bias.data", p.bias.data},
+             {"alibi_slopes", p.alibi_slopes}};
   for (const auto& x : all) {
     if (x.ptr == nullptr) continue;
     int owner = -1;

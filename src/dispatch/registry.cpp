@@ -44,16 +44,17 @@ const KernelEntry kKernels[] = {
      "paged K/V (fast page_size: 16, 32, 64 or a multiple of the key tile, 64 keys at head_dim 128 and 256, "
      "128 at 32 and 64, not 16 at head_dim 32 nor any at 96: one block-table read per page and key tile; every "
      "other page_size runs, reading the table once per key)",
-     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureAll, 16, 10,
+     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureServing, 16, 10,
      cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
     {"cuda_generic", "general CUDA fallback: any head_dim <= 256, any strides, F32 too, every serving layout",
-     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureAll, 0, 50,
+     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureServing, 0, 50,
      cuda::generic_supports, cuda::generic_workspace_bytes, cuda::generic_forward},
 #endif
     {"cpu_tiled",
      "exact CPU online-softmax, K/V tiles streamed, threads over (batch, head, q tile) or, decode, "
-     "(batch, kv head, key split); every serving layout (packed q/k, seqused_k, paged K/V, any page size)",
-     FMHA_DEVICE_CPU, 0, 0, kAllDtypes, HeadDims{512, 1, {}}, kFeatureAll, 0, 100, nullptr,
+     "(batch, kv head, key split); every serving layout (packed q/k, seqused_k, paged K/V, any page size); "
+     "FP8 inputs, descales, mixed dtypes, bias and ALiBi",
+     FMHA_DEVICE_CPU, 0, 0, kAllDtypes | kFp8Dtypes, HeadDims{512, 1, {}}, kFeatureAll, 0, 100, nullptr,
      cpu::workspace_bytes, cpu::forward},
 };
 
@@ -78,6 +79,10 @@ uint32_t required_features(const Problem& p) {
   if (p.layout.ragged_q() || p.layout.ragged_k()) f |= kFeatureRagged;
   if (p.layout.seqused_k != nullptr) f |= kFeatureSeqUsedK;
   if (p.layout.paged()) f |= kFeaturePaged;
+  if (p.mixed_dtypes()) f |= kFeatureMixedDtypes;
+  if (p.has_descale()) f |= kFeatureDescale;
+  if (p.has_bias()) f |= kFeatureBias;
+  if (p.alibi_slopes != nullptr) f |= kFeatureAlibi;
   return f;
 }
 
@@ -104,6 +109,10 @@ const char* feature_name(uint32_t bit) {
     case kFeatureRagged: return "ragged (cu_seqlens) batches";
     case kFeatureSeqUsedK: return "seqused_k";
     case kFeaturePaged: return "paged K/V (block_table)";
+    case kFeatureMixedDtypes: return "mixed dtypes (q, k/v and o not one dtype)";
+    case kFeatureDescale: return "descales (q_descale, k_descale, v_descale)";
+    case kFeatureBias: return "an additive bias";
+    case kFeatureAlibi: return "ALiBi slopes";
     default: return "an unknown feature";
   }
 }
@@ -148,8 +157,9 @@ const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& de
   if (e.device == FMHA_DEVICE_CUDA && (dev.sm < e.sm_min || dev.sm > e.sm_max))
     return reason(out, len, "needs another compute capability", "needs sm_%d..sm_%d, device is sm_%d", e.sm_min,
                   e.sm_max, dev.sm);
-  if (!(e.dtypes & dtype_bit(p.dtype)))
-    return reason(out, len, "does not run this dtype", "does not run dtype %s", dtype_name(p.dtype));
+  for (const fmha_dtype t : {p.dtype, p.kv_dtype, p.o_dtype})
+    if (!(e.dtypes & dtype_bit(t)))
+      return reason(out, len, "does not run this dtype", "does not run dtype %s", dtype_name(t));
   if (!head_dim_ok(e.head_dims, p.head_dim))
     return reason(out, len, "does not run this head_dim", "does not run head_dim=%" PRId64, p.head_dim);
   const uint32_t missing = required_features(p) & ~e.features;

@@ -18,6 +18,7 @@ constexpr uint32_t dtype_bit(fmha_dtype t) { return 1u << static_cast<int>(t); }
 constexpr uint32_t kAllDtypes =
     dtype_bit(FMHA_DTYPE_F16) | dtype_bit(FMHA_DTYPE_BF16) | dtype_bit(FMHA_DTYPE_F32);
 constexpr uint32_t kHalfDtypes = dtype_bit(FMHA_DTYPE_F16) | dtype_bit(FMHA_DTYPE_BF16);
+constexpr uint32_t kFp8Dtypes = dtype_bit(FMHA_DTYPE_F8E4M3) | dtype_bit(FMHA_DTYPE_F8E5M2);
 
 // Problem features a kernel must declare to be chosen for them.
 enum Feature : uint32_t {
@@ -29,8 +30,15 @@ enum Feature : uint32_t {
   kFeatureRagged = 1u << 5,   // cu_seqlens_q or cu_seqlens_k (packed sequences)
   kFeatureSeqUsedK = 1u << 6, // seqused_k (KV-cache fill levels)
   kFeaturePaged = 1u << 7,    // block_table (paged K/V)
-  kFeatureDense = 0x1fu,      // every feature of the 0.1 dense layout
-  kFeatureAll = 0xffu,
+  // fmha.h 0.3, inference numerics. An entry's dtypes column must also
+  // hold each of q's, k/v's and o's dtypes (FP8 ones included).
+  kFeatureMixedDtypes = 1u << 8,  // q, k/v and o not all one dtype
+  kFeatureDescale = 1u << 9,      // q_descale, k_descale or v_descale
+  kFeatureBias = 1u << 10,        // an additive bias tensor
+  kFeatureAlibi = 1u << 11,       // ALiBi slopes
+  kFeatureDense = 0x1fu,          // every feature of the 0.1 dense layout
+  kFeatureServing = 0xffu,        // every feature of 0.2 (dense + serving layouts)
+  kFeatureAll = 0xfffu,
 };
 
 // The head dims an entry runs: every multiple of `multiple` up to `max`,

@@ -94,7 +94,7 @@ TEST_CASE("params init sets struct_size and the defaults") {
   fmha_forward_params p;
   std::memset(&p, 0xab, sizeof p);
   fmha_forward_params_init(&p);
-  CHECK(p.struct_size == FMHA_FORWARD_PARAMS_SIZE_V2);
+  CHECK(p.struct_size == FMHA_FORWARD_PARAMS_SIZE_V3);
   CHECK(p.struct_size == sizeof(fmha_forward_params));
   CHECK(p.mask_flags == FMHA_MASK_NONE);
   CHECK(p.scale == 0.f);
@@ -129,12 +129,12 @@ TEST_CASE("params init never writes past the caller's struct (a program built ag
   // struct is zeroed whole (and then refused by forward); a tiny one only
   // gets its struct_size.
   std::memset(buf, 0xab, sizeof buf);
-  fmha_forward_params_init_sized(p, FMHA_FORWARD_PARAMS_SIZE_V2 + 16);
-  CHECK(p->struct_size == FMHA_FORWARD_PARAMS_SIZE_V2 + 16);
-  for (size_t i = 4; i < FMHA_FORWARD_PARAMS_SIZE_V2 + 16; ++i)
+  fmha_forward_params_init_sized(p, FMHA_FORWARD_PARAMS_SIZE_V3 + 16);
+  CHECK(p->struct_size == FMHA_FORWARD_PARAMS_SIZE_V3 + 16);
+  for (size_t i = 4; i < FMHA_FORWARD_PARAMS_SIZE_V3 + 16; ++i)
     if (i < offsetof(fmha_forward_params, window_left) || i >= offsetof(fmha_forward_params, window_right) + 4)
       REQUIRE(buf[i] == 0);
-  for (size_t i = FMHA_FORWARD_PARAMS_SIZE_V2 + 16; i < sizeof buf; ++i) REQUIRE(buf[i] == 0xab);
+  for (size_t i = FMHA_FORWARD_PARAMS_SIZE_V3 + 16; i < sizeof buf; ++i) REQUIRE(buf[i] == 0xab);
   std::memset(buf, 0xab, sizeof buf);
   fmha_forward_params_init_sized(p, 8);
   CHECK(p->struct_size == 8u);
@@ -209,8 +209,12 @@ TEST_CASE("null and malformed arguments") {
     f.expect_failure(FMHA_ERROR_INVALID_ARGUMENT, "k.dtype=9");
   }
   SUBCASE("dtype mismatch") {
-    f.p.o.dtype = FMHA_DTYPE_F16;
-    f.expect_failure(FMHA_ERROR_INVALID_ARGUMENT, "o.dtype=F16 differs from q.dtype=F32");
+    f.p.k.dtype = FMHA_DTYPE_F16;
+    f.expect_failure(FMHA_ERROR_INVALID_ARGUMENT, "v.dtype=F32 differs from k.dtype=F16");
+  }
+  SUBCASE("o FP8") {
+    f.p.o.dtype = FMHA_DTYPE_F8E4M3;
+    f.expect_failure(FMHA_ERROR_INVALID_ARGUMENT, "o.dtype=F8E4M3 must be F16, BF16 or F32");
   }
   SUBCASE("non-positive dims") {
     // batch and seq may be 0 (empty work, test_serving_api.cpp); heads and

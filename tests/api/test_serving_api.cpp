@@ -226,10 +226,10 @@ TEST_CASE("serving: the workspace overlap check uses the ragged lse size") {
   CHECK(std::string(fmha_last_error_message()).find("workspace overlaps lse") != std::string::npos);
 }
 
-TEST_CASE("struct_size: the message names both shipped sizes") {
+TEST_CASE("struct_size: the message names every shipped size") {
   Serving f;
   f.p.struct_size = 100;
-  f.expect_failure("struct_size=100 is not a size fmha has shipped (0.1: 368, 0.2: 424)");
+  f.expect_failure("struct_size=100 is not a size fmha has shipped (0.1: 368, 0.2: 424, 0.3: 544)");
 }
 
 TEST_CASE("a V1 struct_size ignores the serving fields' memory") {

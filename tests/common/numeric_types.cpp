@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace fmha_test {
 namespace {
@@ -74,8 +75,48 @@ uint16_t float_to_bf16(float value) {
   return static_cast<uint16_t>(rounded >> 16);
 }
 
+// OCP FP8, from the format's definition (sign, exponent, mantissa fields):
+// E4M3 bias 7 with no infinities and NaN only at S.1111.111; E5M2 bias 15,
+// IEEE-style (exponent 31 = inf or NaN). Subnormals at exponent 0.
+float fp8_to_float(uint8_t bits, fmha_dtype dtype) {
+  const bool e4m3 = dtype == FMHA_DTYPE_F8E4M3;
+  const int mant_bits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  const int exp = (bits & 0x7f) >> mant_bits;
+  const int mant = bits & ((1 << mant_bits) - 1);
+  const float sign = (bits & 0x80) ? -1.f : 1.f;
+  if (e4m3 && exp == 15 && mant == 7) return std::numeric_limits<float>::quiet_NaN();
+  if (!e4m3 && exp == 31)
+    return mant == 0 ? sign * std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+  if (exp == 0) return sign * std::ldexp(static_cast<float>(mant), 1 - bias - mant_bits);
+  return sign * std::ldexp(static_cast<float>((1 << mant_bits) + mant), exp - bias - mant_bits);
+}
+
+uint8_t float_to_fp8(float value, fmha_dtype dtype) {
+  const bool e4m3 = dtype == FMHA_DTYPE_F8E4M3;
+  if (std::isnan(value)) return e4m3 ? 0x7f : 0x7e;
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0x00;
+  const float a = std::fabs(value);
+  // Positive codes are ordered like their values: binary search the
+  // largest finite code not above a, then round to nearest (ties to even
+  // code); saturate past the largest finite value.
+  const int max_code = e4m3 ? 0x7e : 0x7b;
+  if (a >= fp8_to_float(static_cast<uint8_t>(max_code), dtype)) return static_cast<uint8_t>(sign | max_code);
+  int lo = 0, hi = max_code;  // fp8(lo) <= a < fp8(hi)
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (fp8_to_float(static_cast<uint8_t>(mid), dtype) <= a ? lo : hi) = mid;
+  }
+  const float dl = a - fp8_to_float(static_cast<uint8_t>(lo), dtype);
+  const float dh = fp8_to_float(static_cast<uint8_t>(hi), dtype) - a;
+  const int code = dl < dh ? lo : dh < dl ? hi : (lo % 2 == 0 ? lo : hi);
+  return static_cast<uint8_t>(sign | code);
+}
+
 size_t dtype_bytes(fmha_dtype dtype) {
   switch (dtype) {
+    case FMHA_DTYPE_F8E4M3:
+    case FMHA_DTYPE_F8E5M2:
+      return 1;
     case FMHA_DTYPE_F16:
     case FMHA_DTYPE_BF16:
       return 2;
@@ -93,6 +134,10 @@ const char* dtype_label(fmha_dtype dtype) {
       return "BF16";
     case FMHA_DTYPE_F32:
       return "F32";
+    case FMHA_DTYPE_F8E4M3:
+      return "F8E4M3";
+    case FMHA_DTYPE_F8E5M2:
+      return "F8E5M2";
   }
   return "?";
 }
@@ -105,6 +150,9 @@ float round_to_dtype(float value, fmha_dtype dtype) {
       return bf16_to_float(float_to_bf16(value));
     case FMHA_DTYPE_F32:
       return value;
+    case FMHA_DTYPE_F8E4M3:
+    case FMHA_DTYPE_F8E5M2:
+      return fp8_to_float(float_to_fp8(value, dtype), dtype);
   }
   return value;
 }
@@ -116,6 +164,7 @@ double load_element(const void* base, fmha_dtype dtype, int64_t index) {
     std::memcpy(&f, p, sizeof f);
     return f;
   }
+  if (dtype_bytes(dtype) == 1) return fp8_to_float(*p, dtype);
   uint16_t h;
   std::memcpy(&h, p, sizeof h);
   return dtype == FMHA_DTYPE_F16 ? half_to_float(h) : bf16_to_float(h);
@@ -125,6 +174,10 @@ void store_element(void* base, fmha_dtype dtype, int64_t index, float value) {
   unsigned char* p = static_cast<unsigned char*>(base) + index * static_cast<int64_t>(dtype_bytes(dtype));
   if (dtype == FMHA_DTYPE_F32) {
     std::memcpy(p, &value, sizeof value);
+    return;
+  }
+  if (dtype_bytes(dtype) == 1) {
+    *p = float_to_fp8(value, dtype);
     return;
   }
   const uint16_t h = dtype == FMHA_DTYPE_F16 ? float_to_half(value) : float_to_bf16(value);

@@ -24,7 +24,13 @@ float bf16_to_float(uint16_t bits);
 // float -> bfloat16 bits, round to nearest even; NaN stays NaN (quiet).
 uint16_t float_to_bf16(float value);
 
-// Bytes per element (2, 2, 4); 0 for a value outside fmha_dtype.
+// OCP FP8 (FMHA_DTYPE_F8E4M3 / F8E5M2) bits -> float, exact, from the
+// formats' definitions; float -> FP8 bits, round to nearest even,
+// saturating to the largest finite value (NaN stays NaN).
+float fp8_to_float(uint8_t bits, fmha_dtype dtype);
+uint8_t float_to_fp8(float value, fmha_dtype dtype);
+
+// Bytes per element (1 for FP8, 2, 2, 4); 0 for a value outside fmha_dtype.
 size_t dtype_bytes(fmha_dtype dtype);
 // "F16", "BF16", "F32" ("?" otherwise).
 const char* dtype_label(fmha_dtype dtype);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,13 @@ std::vector<double> gather(const fmha_tensor& t) {
 
 void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("reference_forward: " + what);
+}
+
+// Any 0.3 inference-numerics field set (read only when struct_size has it).
+bool has_numerics(const fmha_forward_params& p) {
+  if (p.struct_size < FMHA_FORWARD_PARAMS_SIZE_V3) return false;
+  return p.q_descale != nullptr || p.k_descale != nullptr || p.v_descale != nullptr || p.bias.data != nullptr ||
+         p.alibi_slopes != nullptr;
 }
 
 }  // namespace
@@ -55,6 +63,9 @@ ReferenceResult reference_forward(const fmha_forward_params& p) {
   require(has_data(q) && has_data(k) && has_data(v), "q, k and v need host data");
   require(k.dims[0] == q.dims[0] && k.dims[3] == q.dims[3], "k batch/head_dim must match q");
   require(q.dims[1] % k.dims[1] == 0, "k heads must divide q heads");
+  // Descales, bias and ALiBi: the serving reference implements them (and
+  // equals this one on a dense batch).
+  if (has_numerics(p)) return reference_forward_serving(p);
 
   ReferenceResult r;
   r.batch = q.dims[0];
@@ -147,6 +158,7 @@ ServingReference reference_forward_serving(const fmha_forward_params& p) {
   const int64_t group = r.heads_q / heads_kv;
   r.scale = p.scale != 0.f ? static_cast<double>(p.scale) : 1.0 / std::sqrt(static_cast<double>(D));
   const double softcap = p.softcap;
+  const bool numerics = has_numerics(p);
   r.o.assign(static_cast<size_t>(r.rows() * D), 0.0);
   r.lse.assign(static_cast<size_t>(r.rows()), -std::numeric_limits<double>::infinity());
   r.visible_keys.assign(static_cast<size_t>(r.rows()), 0);
@@ -208,6 +220,21 @@ ServingReference reference_forward_serving(const fmha_forward_params& p) {
   auto at = [](const fmha_tensor& t, int64_t b, int64_t h, int64_t i, int64_t d) {
     return b * t.strides[0] + h * t.strides[1] + i * t.strides[2] + d * t.strides[3];
   };
+  // fmha.h 0.3: descales [B, Hk] (NULL = 1); bias element [b, h, i, j] of
+  // the sequence's local positions, a dim of 1 broadcasting; ALiBi slope
+  // of (b, h): alibi_slopes[b * alibi_slopes_stride + h].
+  auto descale = [&](const float* f, int64_t b, int64_t hk) {
+    return numerics && f != nullptr ? static_cast<double>(f[b * heads_kv + hk]) : 1.0;
+  };
+  const bool has_bias = numerics && p.bias.data != nullptr;
+  const bool has_alibi = numerics && p.alibi_slopes != nullptr;
+  auto bias_at = [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+    const fmha_tensor& t = p.bias;
+    const int64_t idx[4] = {b, h, i, j};
+    int64_t e = 0;
+    for (int d = 0; d < 4; ++d) e += (t.dims[d] == 1 ? 0 : idx[d]) * t.strides[d];
+    return load_element(t.data, t.dtype, e);
+  };
 
   std::vector<double> qi(static_cast<size_t>(D)), logits, kd, vd;
   for (int64_t b = 0; b < B; ++b) {
@@ -229,7 +256,12 @@ ServingReference reference_forward_serving(const fmha_forward_params& p) {
     const int64_t qb = ragged_q ? 0 : b;
     for (int64_t h = 0; h < r.heads_q; ++h) {
       const int64_t hk = h / group;
+      const double logit_scale = r.scale * descale(p.q_descale, b, hk) * descale(p.k_descale, b, hk);
+      const double out_scale = descale(p.v_descale, b, hk);
+      const double slope = has_alibi ? p.alibi_slopes[b * p.alibi_slopes_stride + h] : 0.0;
       for (int64_t i = 0; i < nq; ++i) {
+        // The active diagonal of query i (as key_visible derives it).
+        const int64_t diag = (p.mask_flags & FMHA_MASK_CAUSAL_TOP_LEFT) ? i : i + nk - nq;
         const int64_t qrow = r.q_begin[bi] + i;
         const int64_t row = (qb * r.heads_q + h) * r.seq_q + qrow;
         r.owned[static_cast<size_t>(row)] = 1;
@@ -246,15 +278,19 @@ ServingReference reference_forward_serving(const fmha_forward_params& p) {
           const double* kj = &kd[static_cast<size_t>((hk * nk + j) * D)];
           double dot = 0.0;
           for (int64_t d = 0; d < D; ++d) dot += qi[static_cast<size_t>(d)] * kj[d];
-          double s = dot * r.scale;
+          double s = dot * logit_scale;
           if (softcap != 0.0) s = softcap * std::tanh(s / softcap);
+          if (has_bias) s += bias_at(b, h, i, j);
+          if (has_alibi) s -= slope * static_cast<double>(std::llabs(diag - j));
           logits[static_cast<size_t>(j)] = s;
+          if (s == -std::numeric_limits<double>::infinity()) continue;  // a -inf bias: weight 0
           m = std::max(m, s);
           r.max_abs_logit = std::max(r.max_abs_logit, std::fabs(s));
           ++seen;
         }
         r.visible_keys[static_cast<size_t>(row)] = seen;
-        if (seen == 0) continue;  // O = 0, lse = -inf (already set)
+        // No key, or every logit -inf: O = 0, lse = -inf (already set).
+        if (seen == 0) continue;
         double sum = 0.0;
         for (double& s : logits) {
           s = std::exp(s - m);  // exp(-inf) = 0 for keys the row does not see
@@ -262,7 +298,7 @@ ServingReference reference_forward_serving(const fmha_forward_params& p) {
         }
         double* orow = &r.o[static_cast<size_t>(row * D)];
         for (int64_t j = 0; j < nk; ++j) {
-          const double w = logits[static_cast<size_t>(j)] / sum;
+          const double w = logits[static_cast<size_t>(j)] / sum * out_scale;
           if (w == 0.0) continue;
           const double* vj = &vd[static_cast<size_t>((hk * nk + j) * D)];
           for (int64_t d = 0; d < D; ++d) orow[d] += w * vj[d];

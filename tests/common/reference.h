@@ -46,6 +46,8 @@ struct ReferenceResult {
 //   only keys with key_visible(i, j) take part; query head h reads kv
 //   head h / (Hq / Hk); O_i = sum_j softmax(s_i)_j v_j; lse_i = log sum_j
 //   exp(s_ij); a row with no visible key has O_i = 0 and lse_i = -inf.
+// With any 0.3 field set (descales, bias, ALiBi) it returns
+// reference_forward_serving's result, which implements them.
 // Throws std::invalid_argument when the shapes disagree.
 ReferenceResult reference_forward(const fmha_forward_params& params);
 
@@ -78,6 +80,13 @@ struct ServingReference : ReferenceResult {
 //     page_size); Nk(b) = their count, capped by seqused_k[b] when given
 //     (paged: Nk(b) = seqused_k[b]);
 //   masks use each sequence's own Nq(b) and Nk(b) (key_visible).
+// The 0.3 inference numerics (when struct_size covers them), from the
+// header's prose: any q/k/v dtypes (FP8 decoded by numeric_types.h, from
+// the formats' definitions); s_ij = scale * q_descale[b, hk] *
+// k_descale[b, hk] * (q_i . k_j), soft-capped, plus bias[b, h, i, j] (local
+// positions, a bias dim of 1 broadcasting) minus slope(b, h) * |d(i) - j|,
+// then masked; o scaled by v_descale[b, hk]; a row whose visible logits are
+// all -inf counts as seeing no key (visible_keys 0, O = 0, lse = -inf).
 // Every page this reads is gathered here, not through the library. Without
 // serving fields it equals reference_forward. Throws std::invalid_argument
 // for metadata the header calls invalid (cu_seqlens not non-decreasing from

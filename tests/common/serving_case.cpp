@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -38,6 +39,15 @@ bool all_equal(const std::vector<int64_t>& v) {
 std::string ServingCase::name() const {
   char buf[96];
   std::string s = dtype_label(dtype);
+  if (k_type() != dtype) s += std::string("/kv") + dtype_label(k_type());
+  if (o_type() != dtype) s += std::string("/o") + dtype_label(o_type());
+  if (q_descale || k_descale || v_descale)
+    s += std::string(" descale") + (q_descale ? "q" : "") + (k_descale ? "k" : "") + (v_descale ? "v" : "");
+  if (bias != BiasPattern::kNone)
+    s += std::string(" bias-") +
+         (bias == BiasPattern::kFull ? "full" : bias == BiasPattern::kMask ? "mask" : "keypad") + "-" +
+         dtype_label(bias_dtype);
+  if (alibi) s += alibi == 1 ? " alibi[H]" : " alibi[B,H]";
   s += " H" + std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " D" + std::to_string(head_dim);
   s += " q" + std::string(q_layout == QLayout::kRagged ? "-ragged" : "-dense") + "[" + list(len_q) + "]";
   if (q_token_major) s += " NHD";
@@ -72,7 +82,8 @@ const char* ServingCase::invalid_reason() const {
   if (len_q.size() != len_k.size()) return "len_q and len_k need one entry per sequence";
   if (heads_q < 1 || heads_kv < 1 || head_dim < 1 || heads_q % heads_kv != 0)
     return "heads and head_dim must be >= 1, heads_kv dividing heads_q";
-  if (dtype_bytes(dtype) == 0) return "dtype is not an fmha_dtype";
+  if (dtype_bytes(dtype) == 0 || dtype_bytes(k_type()) == 0 || dtype_bytes(o_type()) == 0)
+    return "dtype is not an fmha_dtype";
   for (size_t b = 0; b < len_q.size(); ++b)
     if (len_q[b] < 0 || len_k[b] < 0) return "lengths must be >= 0";
   if (q_layout == QLayout::kDense && !all_equal(len_q)) return "dense queries need equal len_q";
@@ -223,26 +234,137 @@ std::vector<ServingCase> serving_case_matrix() {
   return out;
 }
 
+std::vector<ServingCase> numerics_case_matrix() {
+  std::vector<ServingCase> out;
+  constexpr uint32_t kBR = FMHA_MASK_CAUSAL, kTL = FMHA_MASK_CAUSAL_TOP_LEFT;
+  constexpr fmha_dtype F16 = FMHA_DTYPE_F16, BF16 = FMHA_DTYPE_BF16, F32 = FMHA_DTYPE_F32;
+  constexpr fmha_dtype E4M3 = FMHA_DTYPE_F8E4M3, E5M2 = FMHA_DTYPE_F8E5M2;
+  auto make = [](fmha_dtype q, fmha_dtype kv, fmha_dtype o, int64_t hq, int64_t hk, int64_t d,
+                 std::vector<int64_t> lq, std::vector<int64_t> lk, QLayout ql, KvLayout kl) {
+    ServingCase c;
+    c.dtype = q;
+    c.kv_dtype = kv;
+    c.o_dtype = o;
+    c.heads_q = hq;
+    c.heads_kv = hk;
+    c.head_dim = d;
+    c.len_q = std::move(lq);
+    c.len_k = std::move(lk);
+    c.q_layout = ql;
+    c.kv_layout = kl;
+    return c;
+  };
+  // Every dtype combination on a dense causal GQA batch (prefill blocks),
+  // descales on every other one.
+  const fmha_dtype kCombos[][3] = {{F16, E4M3, F16},   {BF16, E4M3, BF16}, {BF16, E5M2, F32}, {F16, E5M2, BF16},
+                                   {E4M3, E4M3, BF16}, {E5M2, E5M2, F16},  {E4M3, E5M2, F32}, {E4M3, E4M3, F32},
+                                   {F16, F16, F32},    {F32, F32, BF16},   {BF16, BF16, F16}, {F16, F16, F16}};
+  int n = 0;
+  for (const auto& t : kCombos) {
+    ServingCase c = make(t[0], t[1], t[2], 4, 2, 64, {37, 37}, {53, 53}, QLayout::kDense, KvLayout::kDense);
+    c.mask_flags = kBR;
+    c.q_descale = c.k_descale = c.v_descale = n % 2 == 0;
+    out.push_back(c);
+    ++n;
+  }
+  // FP8 KV-cache decode: packed dot-product blocks and key splits (long
+  // sequences, few kv heads) with descales; dense seqused_k and paged.
+  for (fmha_dtype kv : {E4M3, E5M2}) {
+    ServingCase c = make(BF16, kv, BF16, 8, 2, 128, {1, 1, 1, 1, 1}, {300, 0, 1, 77, 1024}, QLayout::kDense,
+                         KvLayout::kDense);
+    c.seqused_k = true;
+    c.q_descale = c.k_descale = c.v_descale = true;
+    out.push_back(c);
+    c = make(F16, kv, F32, 8, 2, 128, {1, 1, 1, 1}, {2100, 0, 1, 333}, QLayout::kDense, KvLayout::kPaged);
+    c.page_size = 16;
+    c.k_descale = c.v_descale = true;
+    c.alibi = 2;
+    out.push_back(c);
+  }
+  // Bias patterns x bias dtypes on packed prefill (GQA, causal, a window).
+  for (BiasPattern bp : {BiasPattern::kFull, BiasPattern::kMask, BiasPattern::kKeyPadding})
+    for (fmha_dtype bt : {F32, F16, BF16}) {
+      ServingCase c = make(F16, F16, F16, 4, 2, 64, {5, 0, 70, 33, 9}, {5, 7, 40, 130, 0}, QLayout::kRagged,
+                           KvLayout::kRagged);
+      c.bias = bp;
+      c.bias_dtype = bt;
+      c.mask_flags = bt == F16 ? kBR : bt == BF16 ? kTL : 0u;
+      if (bt == F32) c.window_left = 20;
+      out.push_back(c);
+    }
+  // Bias on the decode paths: dot-product blocks and split blocks.
+  for (BiasPattern bp : {BiasPattern::kFull, BiasPattern::kKeyPadding}) {
+    ServingCase c = make(F32, F32, F32, 4, 2, 64, {4, 4, 4}, {50, 70, 9}, QLayout::kDense, KvLayout::kDense);
+    c.seqused_k = true;
+    c.bias = bp;
+    c.mask_flags = kBR;
+    out.push_back(c);
+    c = make(BF16, E4M3, BF16, 8, 2, 128, {1, 1}, {1500, 700}, QLayout::kDense, KvLayout::kPaged);
+    c.page_size = 64;
+    c.bias = bp;
+    c.bias_dtype = BF16;
+    out.push_back(c);
+  }
+  // ALiBi [Hq] and [B, Hq]: no mask, both causal alignments, windows,
+  // softcap, dense and packed, Nq > Nk in a sequence.
+  for (int alibi : {1, 2}) {
+    ServingCase c = make(F32, F32, F32, 4, 2, 32, {17, 64, 3}, {40, 64, 90}, QLayout::kRagged, KvLayout::kRagged);
+    c.alibi = alibi;
+    out.push_back(c);
+    c.mask_flags = kBR;
+    out.push_back(c);
+    c.mask_flags = kTL;
+    c.window_left = 8;
+    c.softcap = 5.f;
+    out.push_back(c);
+    c = make(F16, F16, F16, 4, 4, 64, {140, 140}, {200, 90}, QLayout::kDense, KvLayout::kDense);
+    c.alibi = alibi;
+    c.mask_flags = alibi == 1 ? kBR : 0u;
+    c.window_left = 30;
+    c.window_right = alibi == 1 ? 0 : 10;
+    c.seqused_k = true;
+    out.push_back(c);
+  }
+  // Everything at once: chunked prefill over an FP8 paged cache with
+  // descales, a bias, ALiBi and o in F32.
+  for (uint32_t mask : {kBR, kTL}) {
+    ServingCase c = make(BF16, E4M3, F32, 4, 2, 64, {16, 1, 0, 40, 9}, {80, 1, 12, 20, 0}, QLayout::kRagged,
+                         KvLayout::kPaged);
+    c.page_size = 16;
+    c.storage = PageStorage::kTokenMajor;
+    c.mask_flags = mask;
+    c.q_descale = c.k_descale = c.v_descale = true;
+    c.bias = mask == kBR ? BiasPattern::kFull : BiasPattern::kMask;
+    c.bias_dtype = F16;
+    c.alibi = mask == kBR ? 1 : 2;
+    c.softcap = mask == kBR ? 0.f : 10.f;
+    out.push_back(c);
+  }
+  return out;
+}
+
 PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : case_(c) {
   if (const char* why = c.invalid_reason())
     throw std::invalid_argument("invalid serving case " + c.name() + ": " + why);
   base_seed_ = base;
   seed_ = case_seed(c.name(), base);
   Rng rng(seed_);
-  const fmha_dtype dt = c.dtype;
+  const fmha_dtype dt = c.dtype, kvt = c.k_type();
   const int64_t B = c.num_seqs(), Hq = c.heads_q, Hk = c.heads_kv, D = c.head_dim;
   const bool used = c.seqused_k || c.kv_layout == KvLayout::kPaged;
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  auto normal = [&] {
+  auto normal_as = [&](fmha_dtype t) {
     for (;;) {  // never exactly zero
-      const float x = round_to_dtype(static_cast<float>(rng.normal()), dt);
+      const float x = round_to_dtype(static_cast<float>(rng.normal()), t);
       if (x != 0.f) return x;
     }
   };
-  auto alloc = [&](std::vector<unsigned char>& buf, int64_t elements) {
-    buf.assign(static_cast<size_t>(std::max<int64_t>(elements, 1)) * dtype_bytes(dt), 0);
-    for (int64_t e = 0; e < std::max<int64_t>(elements, 1); ++e) store_element(buf.data(), dt, e, nan);
+  auto normal = [&] { return normal_as(dt); };
+  auto alloc_as = [&](std::vector<unsigned char>& buf, int64_t elements, fmha_dtype t) {
+    buf.assign(static_cast<size_t>(std::max<int64_t>(elements, 1)) * dtype_bytes(t), 0);
+    for (int64_t e = 0; e < std::max<int64_t>(elements, 1); ++e) store_element(buf.data(), t, e, nan);
   };
+  auto alloc = [&](std::vector<unsigned char>& buf, int64_t elements) { alloc_as(buf, elements, dt); };
 
   // q: dense [B, Hq, Nq, D] or packed [1, Hq, total + tail, D]; rows owned
   // by no sequence hold NaN.
@@ -323,8 +445,8 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
     const int64_t st[4] = {Hk * S * D, S * D, D, 1};
     std::copy(st, st + 4, kv_strides_);
   }
-  alloc(k_, kv_dims_[0] * Hk * S * D);
-  alloc(v_, kv_dims_[0] * Hk * S * D);
+  alloc_as(k_, kv_dims_[0] * Hk * S * D, kvt);
+  alloc_as(v_, kv_dims_[0] * Hk * S * D, kvt);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < c.len_k[static_cast<size_t>(b)]; ++j) {
       int64_t kb = b, kj = j;
@@ -338,8 +460,8 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
       for (int64_t h = 0; h < Hk; ++h)
         for (int64_t d = 0; d < D; ++d) {
           const int64_t at = kb * kv_strides_[0] + h * kv_strides_[1] + kj * kv_strides_[2] + d;
-          store_element(k_.data(), dt, at, normal());
-          store_element(v_.data(), dt, at, normal());
+          store_element(k_.data(), kvt, at, normal_as(kvt));
+          store_element(v_.data(), kvt, at, normal_as(kvt));
         }
     }
   if (used)
@@ -354,15 +476,15 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
 
   fmha_forward_params& p = host_params_;
   fmha_forward_params_init(&p);
-  auto view = [&](fmha_tensor* t, void* data, const int64_t* dims, const int64_t* strides) {
+  auto view = [&](fmha_tensor* t, void* data, const int64_t* dims, const int64_t* strides, fmha_dtype type) {
     t->data = data;
-    t->dtype = dt;
+    t->dtype = type;
     std::copy(dims, dims + 4, t->dims);
     std::copy(strides, strides + 4, t->strides);
   };
-  view(&p.q, q_.data(), q_dims_, q_strides_);
-  view(&p.k, k_.data(), kv_dims_, kv_strides_);
-  view(&p.v, v_.data(), kv_dims_, kv_strides_);
+  view(&p.q, q_.data(), q_dims_, q_strides_, dt);
+  view(&p.k, k_.data(), kv_dims_, kv_strides_, kvt);
+  view(&p.v, v_.data(), kv_dims_, kv_strides_, kvt);
   p.mask_flags = c.mask_flags;
   p.window_left = c.window_left;
   p.window_right = c.window_right;
@@ -379,20 +501,84 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
   p.seqused_k = used ? (seqused_.empty() ? &kNone : seqused_.data()) : nullptr;
   p.block_table = c.kv_layout == KvLayout::kPaged ? (table_.empty() ? &kNone : table_.data()) : nullptr;
   p.block_table_stride = c.kv_layout == KvLayout::kPaged ? table_stride_ : 0;
+
+  // fmha.h 0.3: descales, bias, ALiBi. The bias spans the problem's
+  // [B, Hq, Nq, Nk] with Nq, Nk the bounds the library derives.
+  auto factors = [&](bool on, std::vector<float>& f) {
+    if (!on) return;
+    f.resize(static_cast<size_t>(std::max<int64_t>(B * Hk, 1)));
+    for (float& x : f) x = static_cast<float>(0.5 + 1.5 * rng.uniform());
+  };
+  factors(c.q_descale, q_descale_);
+  factors(c.k_descale, k_descale_);
+  factors(c.v_descale, v_descale_);
+  p.q_descale = c.q_descale ? q_descale_.data() : nullptr;
+  p.k_descale = c.k_descale ? k_descale_.data() : nullptr;
+  p.v_descale = c.v_descale ? v_descale_.data() : nullptr;
+  if (c.bias != BiasPattern::kNone) {
+    const int64_t nq = c.q_layout == QLayout::kRagged ? max_q_ : q_dims_[2];
+    const int64_t nk = c.kv_layout == KvLayout::kRagged ? max_k_
+                       : c.kv_layout == KvLayout::kPaged ? (max_k_ != 0 ? max_k_ : table_stride_ * c.page_size)
+                                                          : kv_dims_[2];
+    const fmha_dtype bt = c.bias_dtype;
+    const float ninf = -std::numeric_limits<float>::infinity();
+    int64_t elements = 0;
+    if (c.bias == BiasPattern::kFull) {
+      const int64_t d[4] = {B, Hq, nq, nk}, s[4] = {Hq * nq * nk, nq * nk, nk, 1};
+      std::copy(d, d + 4, bias_dims_);
+      std::copy(s, s + 4, bias_strides_);
+      elements = B * Hq * nq * nk;
+    } else if (c.bias == BiasPattern::kMask) {
+      const int64_t d[4] = {1, 1, nq, nk}, s[4] = {7, 3, nk, 1};  // strides of dims of 1: ignored
+      std::copy(d, d + 4, bias_dims_);
+      std::copy(s, s + 4, bias_strides_);
+      elements = nq * nk;
+    } else {
+      const int64_t d[4] = {B, Hq, nq, nk}, s[4] = {nk, 0, 0, 1};
+      std::copy(d, d + 4, bias_dims_);
+      std::copy(s, s + 4, bias_strides_);
+      elements = B * nk;
+    }
+    alloc_as(bias_, elements, bt);
+    for (int64_t e = 0; e < elements; ++e) {
+      // Position of element e in its pattern: (row, key) for the masks.
+      const int64_t j = nk > 0 ? e % nk : 0, row = nk > 0 ? e / nk : 0;
+      float x = static_cast<float>(rng.normal());
+      if (c.bias == BiasPattern::kFull) {
+        if (rng.below(8) == 0 || row % 5 == 1) x = ninf;  // every fifth row: -inf throughout
+      } else if (c.bias == BiasPattern::kMask) {
+        if ((row * 3 + j) % 4 == 0 || row == 1) x = ninf;  // row 1: -inf throughout
+      } else {
+        if ((j + row) % 3 == 2 || row == 1) x = ninf;  // sequence 1: every key padded
+      }
+      store_element(bias_.data(), bt, e, round_to_dtype(x, bt));
+    }
+    p.bias.data = bias_.data();
+    p.bias.dtype = bt;
+    std::copy(bias_dims_, bias_dims_ + 4, p.bias.dims);
+    std::copy(bias_strides_, bias_strides_ + 4, p.bias.strides);
+  }
+  if (c.alibi != 0) {
+    const int64_t stride = c.alibi == 1 ? 0 : Hq + 1;
+    alibi_.resize(static_cast<size_t>(c.alibi == 1 ? Hq : std::max<int64_t>(B, 1) * stride));
+    for (float& x : alibi_) x = static_cast<float>(std::ldexp(1.0, -1 - static_cast<int>(rng.below(8))));
+    p.alibi_slopes = alibi_.data();
+    p.alibi_slopes_stride = stride;
+  }
   ref_ = reference_forward_serving(p);
 }
 
 CaseResult PreparedServingCase::run(fmha_handle handle, DeviceMemory& memory, const RunOptions& options,
                                     void (*edit)(fmha_forward_params*)) const {
   const ServingCase& c = case_;
-  const fmha_dtype dt = c.dtype;
+  const fmha_dtype dt = c.o_type();  // o's dtype (the inputs keep their own)
   const size_t esize = dtype_bytes(dt);
   CaseResult r;
   r.case_name = c.name();
   r.base_seed = base_seed_;
   r.seed = seed_;
   r.kernel = options.kernel ? options.kernel : "(automatic)";
-  r.tolerance = tolerance_for(dt);
+  r.tolerance = tolerance_for(c.dtype, c.k_type(), dt);
   r.max_abs_logit = ref_.max_abs_logit;
   r.batch = q_dims_[0];
   r.heads_q = q_dims_[1];
@@ -406,13 +592,18 @@ CaseResult PreparedServingCase::run(fmha_handle handle, DeviceMemory& memory, co
     size_t bytes;
     std::unique_ptr<DeviceBuffer> dev;
   };
-  Input in[7] = {{q_.data(), q_.size(), nullptr},
-                 {k_.data(), k_.size(), nullptr},
-                 {v_.data(), v_.size(), nullptr},
-                 {cu_q_.data(), cu_q_.size() * 4, nullptr},
-                 {cu_k_.data(), cu_k_.size() * 4, nullptr},
-                 {seqused_.data(), seqused_.size() * 4, nullptr},
-                 {table_.data(), table_.size() * 4, nullptr}};
+  Input in[12] = {{q_.data(), q_.size(), nullptr},
+                  {k_.data(), k_.size(), nullptr},
+                  {v_.data(), v_.size(), nullptr},
+                  {cu_q_.data(), cu_q_.size() * 4, nullptr},
+                  {cu_k_.data(), cu_k_.size() * 4, nullptr},
+                  {seqused_.data(), seqused_.size() * 4, nullptr},
+                  {table_.data(), table_.size() * 4, nullptr},
+                  {q_descale_.data(), q_descale_.size() * 4, nullptr},
+                  {k_descale_.data(), k_descale_.size() * 4, nullptr},
+                  {v_descale_.data(), v_descale_.size() * 4, nullptr},
+                  {bias_.data(), bias_.size(), nullptr},
+                  {alibi_.data(), alibi_.size() * 4, nullptr}};
   for (Input& x : in) {
     x.dev = std::make_unique<DeviceBuffer>(memory, std::max<size_t>(x.bytes, 4));
     if (!x.dev->ok() || (x.bytes > 0 && !memory.to_device(x.dev->get(), x.host, x.bytes))) {
@@ -444,7 +635,13 @@ CaseResult PreparedServingCase::run(fmha_handle handle, DeviceMemory& memory, co
   if (p.cu_seqlens_k) p.cu_seqlens_k = static_cast<const int32_t*>(in[4].dev->get());
   if (p.seqused_k) p.seqused_k = static_cast<const int32_t*>(in[5].dev->get());
   if (p.block_table) p.block_table = static_cast<const int32_t*>(in[6].dev->get());
+  if (p.q_descale) p.q_descale = static_cast<const float*>(in[7].dev->get());
+  if (p.k_descale) p.k_descale = static_cast<const float*>(in[8].dev->get());
+  if (p.v_descale) p.v_descale = static_cast<const float*>(in[9].dev->get());
+  if (p.bias.data) p.bias.data = in[10].dev->get();
+  if (p.alibi_slopes) p.alibi_slopes = static_cast<const float*>(in[11].dev->get());
   p.o = p.q;
+  p.o.dtype = dt;
   p.o.data = static_cast<unsigned char*>(o_dev.get()) + kGuardBytes;
   std::copy(q_strides_, q_strides_ + 4, p.o.strides);  // o is stored like q
   p.lse = c.with_lse ? reinterpret_cast<float*>(static_cast<unsigned char*>(lse_dev.get()) + kGuardBytes) : nullptr;

@@ -50,8 +50,27 @@ enum class PageStorage {
   kTokenMajor,  // [pages, page_size, Hk, D] (vLLM's, FlashAttention's)
 };
 
+// An additive bias (fmha.h 0.3) of the problem's [B, Hq, Nq, Nk], each
+// with -inf entries and at least one row that is -inf throughout.
+enum class BiasPattern {
+  kNone,
+  kFull,        // [B, Hq, Nq, Nk] contiguous, random values and -inf entries
+  kMask,        // [1, 1, Nq, Nk] (dims of 1 broadcast): a shared mask
+  kKeyPadding,  // dims [B, Hq, Nq, Nk], strides {Nk, 0, 0, 1}: per-sequence key padding
+};
+
 struct ServingCase {
-  fmha_dtype dtype = FMHA_DTYPE_F32;
+  fmha_dtype dtype = FMHA_DTYPE_F32;  // q's (and, unless set below, k/v's and o's)
+  // fmha.h 0.3, inference numerics. kv_dtype / o_dtype 0 = dtype.
+  fmha_dtype kv_dtype = static_cast<fmha_dtype>(0);
+  fmha_dtype o_dtype = static_cast<fmha_dtype>(0);
+  bool q_descale = false, k_descale = false, v_descale = false;  // random factors in [0.5, 2)
+  BiasPattern bias = BiasPattern::kNone;
+  fmha_dtype bias_dtype = FMHA_DTYPE_F32;
+  int alibi = 0;  // 0 none, 1 [Hq] slopes (stride 0), 2 [B, Hq] slopes (stride Hq + 1)
+
+  fmha_dtype k_type() const { return kv_dtype != 0 ? kv_dtype : dtype; }
+  fmha_dtype o_type() const { return o_dtype != 0 ? o_dtype : dtype; }
   int64_t heads_q = 2;
   int64_t heads_kv = 1;
   int64_t head_dim = 64;
@@ -107,6 +126,12 @@ struct ServingCase {
 // that the float64 reference over all of it takes about a second.
 std::vector<ServingCase> serving_case_matrix();
 
+// The inference-numerics matrix (fmha.h 0.3): every dtype combination
+// (FP8 K/V under F16/BF16 q, all-FP8, o of another dtype), descales, the
+// bias patterns with -inf rows, ALiBi [Hq] and [B, Hq], over dense,
+// ragged and paged batches with causal masks, windows and GQA.
+std::vector<ServingCase> numerics_case_matrix();
+
 // A case with its host tensors, metadata and reference built once.
 class PreparedServingCase {
  public:
@@ -134,6 +159,11 @@ class PreparedServingCase {
   int64_t kv_dims_[4] = {0, 0, 0, 0};
   int64_t kv_strides_[4] = {0, 0, 0, 0};
   std::vector<unsigned char> q_, k_, v_;  // host tensors, contiguous (k, v: kv_strides_)
+  // 0.3 inputs: descales [B, Hk] (empty = none), the bias, ALiBi slopes.
+  std::vector<float> q_descale_, k_descale_, v_descale_, alibi_;
+  std::vector<unsigned char> bias_;
+  int64_t bias_dims_[4] = {0, 0, 0, 0};
+  int64_t bias_strides_[4] = {0, 0, 0, 0};
   std::vector<int32_t> cu_q_, cu_k_, seqused_, table_;
   int64_t table_stride_ = 0;
   int32_t max_q_ = 0, max_k_ = 0;

@@ -39,4 +39,29 @@ constexpr Tolerance tolerance_for(fmha_dtype dtype) {
                                    : kToleranceBF16;
 }
 
+// Two bounds' looser one, field by field.
+constexpr Tolerance loosest(const Tolerance& a, const Tolerance& b) {
+  return {a.o_rel_l2 > b.o_rel_l2 ? a.o_rel_l2 : b.o_rel_l2,
+          a.o_max_abs_rel > b.o_max_abs_rel ? a.o_max_abs_rel : b.o_max_abs_rel,
+          a.lse_abs > b.lse_abs ? a.lse_abs : b.lse_abs};
+}
+
+constexpr bool is_fp8_dtype(fmha_dtype t) { return t == FMHA_DTYPE_F8E4M3 || t == FMHA_DTYPE_F8E5M2; }
+
+// Mixed dtypes (fmha.h 0.3: q, k/v and o each their own), against the
+// float64 reference on the dequantized inputs: the output's bound, loosened
+// to q's and k/v's for 16-bit inputs (a kernel may round P to the input
+// dtype before P.V). FP8 inputs are exact in FP32 (every FP8 value is an F16
+// value), so a kernel that decodes them to FP32 or F16/BF16 before its
+// products (cpu_tiled; CUDA kernels converting FP8 K/V in registers) adds
+// only o's rounding; a kernel that rounds P to FP8 for an FP8 MMA needs
+// kToleranceFp8P (P with 3 or 2 mantissa bits: 2^-4 relative per weight).
+constexpr Tolerance kToleranceFp8P = {3e-2, 1.5e-1, 3e-2};
+constexpr Tolerance tolerance_for(fmha_dtype q, fmha_dtype kv, fmha_dtype o) {
+  Tolerance t = tolerance_for(o);
+  if (!is_fp8_dtype(q)) t = loosest(t, tolerance_for(q));
+  if (!is_fp8_dtype(kv)) t = loosest(t, tolerance_for(kv));
+  return t;
+}
+
 }  // namespace fmha_test

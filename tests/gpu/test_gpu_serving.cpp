@@ -35,7 +35,7 @@ using fmha_test::QLayout;
 using fmha_test::ServingCase;
 
 // The kernels that must run every serving case (their registry rows declare
-// kFeatureAll).
+// kFeatureServing).
 bool runs_serving(const std::string& kernel) { return kernel == "cuda_sm80_tc" || kernel == "cuda_generic"; }
 
 struct Tally {

@@ -411,6 +411,11 @@ class _Call:
             self.out = out
             if arrays["out"].readonly:
                 raise _invalid("out is read-only")
+            # libfmha 0.3 accepts another o dtype; this binding keeps out in
+            # q's dtype until it grows the out_dtype= argument.
+            if arrays["out"].dtype is not None and arrays["out"].dtype != qa.dtype:
+                raise _invalid(f"out.dtype={arrays['out'].dtype_name} differs from "
+                               f"q.dtype={qa.dtype_name}", dtype=True)
         p.o = _tensor(arrays["out"], "out")
         self.lse = None
         if return_lse or out_lse is not None:

@@ -39,7 +39,7 @@ _c_void_p, _c_size_t, _c_char_p = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_cha
 
 # ---- constants (fmha.h) --------------------------------------------------------
 FMHA_VERSION_MAJOR = 0
-FMHA_VERSION_MINOR = 2
+FMHA_VERSION_MINOR = 3
 FMHA_VERSION_PATCH = 0
 FMHA_VERSION_NUMBER = FMHA_VERSION_MAJOR * 10000 + FMHA_VERSION_MINOR * 100 + FMHA_VERSION_PATCH
 
@@ -56,6 +56,8 @@ FMHA_STATUS_COUNT_ = 8
 FMHA_DTYPE_F16 = 1
 FMHA_DTYPE_BF16 = 2
 FMHA_DTYPE_F32 = 3
+FMHA_DTYPE_F8E4M3 = 4
+FMHA_DTYPE_F8E5M2 = 5
 
 FMHA_DEVICE_CPU = 0
 FMHA_DEVICE_CUDA = 1
@@ -121,9 +123,14 @@ class fmha_forward_params(_Struct):
                 ("cu_seqlens_q", _c_void_p), ("cu_seqlens_k", _c_void_p),
                 ("seqused_k", _c_void_p), ("block_table", _c_void_p),
                 ("block_table_stride", _c_int64),
-                ("max_seqlen_k", _c_int32), ("reserved2_", _c_int32)]
+                ("max_seqlen_k", _c_int32), ("reserved2_", _c_int32),
+                # 0.3: inference numerics
+                ("q_descale", _c_void_p), ("k_descale", _c_void_p), ("v_descale", _c_void_p),
+                ("bias", fmha_tensor),
+                ("alibi_slopes", _c_void_p), ("alibi_slopes_stride", _c_int64)]
     _strings = ("kernel",)
-    _pointers = ("lse", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table")
+    _pointers = ("lse", "cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table",
+                 "q_descale", "k_descale", "v_descale", "alibi_slopes")
 
     def __init__(self):
         super().__init__()
@@ -131,11 +138,12 @@ class fmha_forward_params(_Struct):
 
 
 FMHA_FORWARD_PARAMS_SIZE_V1 = fmha_forward_params.num_seqs.offset
-FMHA_FORWARD_PARAMS_SIZE_V2 = ctypes.sizeof(fmha_forward_params)
-if ctypes.sizeof(_c_void_p) == 8 and (FMHA_FORWARD_PARAMS_SIZE_V1, FMHA_FORWARD_PARAMS_SIZE_V2) != (368, 424):
-    raise ImportError(f"fmha._capi_ctypes: fmha_forward_params is laid out as "
-                      f"({FMHA_FORWARD_PARAMS_SIZE_V1}, {FMHA_FORWARD_PARAMS_SIZE_V2}) bytes, "
-                      "fmha.h says (368, 424): this file and the header disagree")
+FMHA_FORWARD_PARAMS_SIZE_V2 = fmha_forward_params.q_descale.offset
+FMHA_FORWARD_PARAMS_SIZE_V3 = ctypes.sizeof(fmha_forward_params)
+_SIZES = (FMHA_FORWARD_PARAMS_SIZE_V1, FMHA_FORWARD_PARAMS_SIZE_V2, FMHA_FORWARD_PARAMS_SIZE_V3)
+if ctypes.sizeof(_c_void_p) == 8 and _SIZES != (368, 424, 544):
+    raise ImportError(f"fmha._capi_ctypes: fmha_forward_params is laid out as {_SIZES} bytes, "
+                      "fmha.h says (368, 424, 544): this file and the header disagree")
 
 
 class fmha_merge_params(_Struct):

@@ -328,7 +328,7 @@ def test_workspace():
 
 def test_version():
     assert fmha.__version__ == "%d.%d.%d" % fmha.version()
-    assert fmha.version()[:2] == (0, 2)
+    assert fmha.version()[:2] == (0, 3)
     assert fmha.version() == (fmha.capi.FMHA_VERSION_MAJOR, fmha.capi.FMHA_VERSION_MINOR,
                               fmha.capi.FMHA_VERSION_PATCH)
 
@@ -501,8 +501,11 @@ def test_error_handles():
 
 def test_capi_is_the_c_header():
     p = fmha.capi.fmha_forward_params()
-    assert p.struct_size == fmha.capi.FMHA_FORWARD_PARAMS_SIZE_V2 == 424
+    assert p.struct_size == fmha.capi.FMHA_FORWARD_PARAMS_SIZE_V3 == 544
     assert fmha.capi.FMHA_FORWARD_PARAMS_SIZE_V1 == 368  # 0.1's size, still accepted
+    assert fmha.capi.FMHA_FORWARD_PARAMS_SIZE_V2 == 424  # 0.2's size, still accepted
+    assert not any((p.q_descale, p.k_descale, p.v_descale, p.alibi_slopes, p.bias.data))
+    assert p.alibi_slopes_stride == 0
     assert (p.num_seqs, p.max_seqlen_q, p.max_seqlen_k, p.block_table_stride) == (0, 0, 0, 0)
     assert (p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k, p.block_table) == (0, 0, 0, 0)
     assert (p.window_left, p.window_right, p.kernel, p.lse) == (-1, -1, None, 0)

@@ -246,6 +246,28 @@ T* at_offset(void* base, int64_t offset) {
 
 // ---- element access -----------------------------------------------------------
 
+// Every FP8 byte decoded once (core/numeric.h): a load is a table lookup.
+struct Fp8Tables {
+  float e4m3[256];
+  float e5m2[256];
+  Fp8Tables() {
+    for (int i = 0; i < 256; ++i) {
+      e4m3[i] = fp8_e4m3_to_float(static_cast<uint8_t>(i));
+      e5m2[i] = fp8_e5m2_to_float(static_cast<uint8_t>(i));
+    }
+  }
+};
+const Fp8Tables kFp8;
+
+// One element of a bias-like operand as float.
+FMHA_CPU_INLINE float load_scalar(const void* src, int64_t at, fmha_dtype t) {
+  switch (t) {
+    case FMHA_DTYPE_F32: return static_cast<const float*>(src)[at];
+    case FMHA_DTYPE_BF16: return bf16_to_float(static_cast<const uint16_t*>(src)[at]);
+    default: return half_to_float(static_cast<const uint16_t*>(src)[at]);
+  }
+}
+
 // dst[0..n) = float(src[i * stride]). The stride-1 loops vectorize (the
 // conversions in numeric.h are branch-free); any other stride is a gather.
 FMHA_CPU_INLINE void load_row(const void* src, int64_t stride, int64_t n, fmha_dtype t, float* dst) {
@@ -264,6 +286,13 @@ FMHA_CPU_INLINE void load_row(const void* src, int64_t stride, int64_t n, fmha_d
         for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i]);
       else
         for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(s[i * stride]);
+      break;
+    }
+    case FMHA_DTYPE_F8E4M3:
+    case FMHA_DTYPE_F8E5M2: {
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      const float* table = t == FMHA_DTYPE_F8E4M3 ? kFp8.e4m3 : kFp8.e5m2;
+      for (int64_t i = 0; i < n; ++i) dst[i] = table[s[i * stride]];
       break;
     }
     default: {
@@ -495,15 +524,18 @@ FMHA_CPU_INLINE void dot_scores(const float* k, int64_t ldk, const float* q, int
 // The softmax steps of one tile (seed section 4, as in run_block) for
 // scores stored rows x keys (row r at s + r * lds, keys [0, bc)): every loop
 // runs along one row's keys, and the max and the sum are taken in kLanes
-// lanes folded in a fixed order. When `edge`, keys outside row r's
-// [lo[r], hi[r]) are masked first.
+// lanes folded in a fixed order. Each row is soft-capped, gets the bias
+// and ALiBi terms (`extra`, null when the problem has neither) and, when
+// `edge`, keys outside row r's [lo[r], hi[r]) are masked, in that order.
+template <class Extra>
 FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc, int64_t j0, bool edge,
-                                  const int64_t* lo, const int64_t* hi, float softcap, float inv_softcap, float* m,
-                                  float* l, float* alpha) {
+                                  const int64_t* lo, const int64_t* hi, float softcap, float inv_softcap,
+                                  const Extra* extra, float* m, float* l, float* alpha) {
   for (int64_t r = 0; r < nr; ++r) {
     float* sr = s + r * lds;
     if (softcap != 0.f)
       for (int64_t j = 0; j < bc; ++j) sr[j] = softcap * tanh_softcap(sr[j] * inv_softcap);
+    if (extra != nullptr) extra->add(sr, 1, r, j0, bc);
     if (edge) {
       const int64_t c0 = std::clamp<int64_t>(lo[r] - j0, 0, bc);
       const int64_t c1 = std::clamp<int64_t>(hi[r] - j0, 0, bc);
@@ -589,6 +621,45 @@ FMHA_CPU_INLINE Seq sequence(const Problem& p, int64_t b) {
   return s;
 }
 
+// ---- bias and ALiBi ----------------------------------------------------------
+
+// The additive terms of fmha.h 0.3 for the rows of one block: row r is query
+// i(r) of head h(r) of sequence b, and
+//   s(r, j) += bias[b, h(r), i(r), j] - slope(h(r)) * |d(i(r)) - j|
+// with j the sequence's key index and d the sequence's diagonal. Added
+// after the softcap and before the mask, so a masked key stays out.
+struct Extra {
+  const Problem* p;
+  int64_t b;
+  int64_t diag;          // d(i) = i + diag
+  int64_t h0, nq;        // row r: head h0 + r / nq, query i0 + r % nq
+  int64_t i0;
+  bool packed;
+  const char* bias;      // null: none
+  const float* slopes;   // null: none (else row b's slopes, indexed by head)
+
+  FMHA_CPU_INLINE int64_t head(int64_t r) const { return packed ? h0 + r / nq : h0; }
+  FMHA_CPU_INLINE int64_t query(int64_t r) const { return packed ? r % nq : i0 + r; }
+
+  // Row r's scores of keys j0 .. j0 + bc - 1 at sr[j * stride].
+  FMHA_CPU_INLINE void add(float* sr, int64_t stride, int64_t r, int64_t j0, int64_t bc) const {
+    const int64_t h = head(r), i = query(r);
+    if (bias != nullptr) {
+      const Operand& bo = p->bias;
+      const int64_t row = b * bo.stride[0] + h * bo.stride[1] + i * bo.stride[2];
+      for (int64_t j = 0; j < bc; ++j) sr[j * stride] += load_scalar(bias, row + (j0 + j) * bo.stride[3], p->bias_dtype);
+    }
+    if (slopes != nullptr) {
+      const float slope = slopes[h];
+      const int64_t d = i + diag;
+      for (int64_t j = 0; j < bc; ++j) {
+        const int64_t dist = d > j0 + j ? d - (j0 + j) : (j0 + j) - d;
+        sr[j * stride] -= slope * static_cast<float>(dist);
+      }
+    }
+  }
+};
+
 // ---- one work item ------------------------------------------------------------
 
 struct Job {
@@ -609,7 +680,9 @@ template <int64_t kRows>
 FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const Problem& p = *job.p;
   const ScratchLayout& L = job.layout;
-  const fmha_dtype dt = p.dtype;
+  const fmha_dtype dt = p.dtype;      // q
+  const fmha_dtype kvt = p.kv_dtype;  // k and v
+  const fmha_dtype ot = p.o_dtype;    // o
   const int64_t D = p.head_dim;
   const int64_t BR = L.rows;  // leading dimension of Q^T and S
   const int64_t DP = L.dp;    // leading dimension of the K/V tiles and o
@@ -705,7 +778,12 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   {
     const Operand& q = p.q;
     const char* q_data = static_cast<const char*>(q.data);
-    const float scale = p.scale;
+    // The descales of this block's KV group (one factor per batch entry
+    // and kv head; fmha.h 0.3) fold into the scale: the logits are
+    // scale * q_descale * k_descale * (q . k).
+    const int64_t g = b * p.heads_kv + hk;
+    const float scale = p.scale * (p.q_descale != nullptr ? p.q_descale[g] : 1.f) *
+                        (p.k_descale != nullptr ? p.k_descale[g] : 1.f);
     for (int64_t r = 0; r < np; ++r) {
       if (r < nr) {
         const int64_t at = sq.row_at(q, h_of(r), i_of(r));
@@ -741,6 +819,17 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const Operand& v = p.v;
   const float softcap = p.softcap;
   const float inv_softcap = softcap != 0.f ? 1.f / softcap : 0.f;
+  Extra extra{};
+  extra.p = &p;
+  extra.b = b;
+  extra.diag = diag;
+  extra.h0 = h;
+  extra.nq = nq;
+  extra.i0 = i0;
+  extra.packed = packed;
+  extra.bias = static_cast<const char*>(p.bias.data);
+  extra.slopes = p.alibi_slopes != nullptr ? p.alibi_slopes + b * p.alibi_stride : nullptr;
+  const Extra* extra_ptr = extra.bias != nullptr || extra.slopes != nullptr ? &extra : nullptr;
 
   for (int64_t t = tiles.t_begin; t < tiles.t_end; ++t) {
     const int64_t j0 = std::max(t * KT, block_lo);            // first key of this tile
@@ -758,17 +847,17 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         const int64_t jn = (t + 1) * KT + j;
         int64_t k_at, v_at;
         sq.key_at(hk, jn, &k_at, &v_at);
-        const char* kn = static_cast<const char*>(k.data) + k_at * dtype_size(dt);
-        const char* vn = static_cast<const char*>(v.data) + v_at * dtype_size(dt);
-        for (int64_t at = 0; at < D * dtype_size(dt); at += kAlignBytes) {
+        const char* kn = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
+        const char* vn = static_cast<const char*>(v.data) + v_at * dtype_size(kvt);
+        for (int64_t at = 0; at < D * dtype_size(kvt); at += kAlignBytes) {
           prefetch_read(kn + at);
           prefetch_read(vn + at);
         }
       }
       int64_t k_at, v_at;
       sq.key_at(hk, j0 + j, &k_at, &v_at);
-      load_row(static_cast<const char*>(k.data) + k_at * dtype_size(dt), k.stride[3], D, dt, kt + j * DP);
-      load_row(static_cast<const char*>(v.data) + v_at * dtype_size(dt), v.stride[3], D, dt, vt + j * DP);
+      load_row(static_cast<const char*>(k.data) + k_at * dtype_size(kvt), k.stride[3], D, kvt, kt + j * DP);
+      load_row(static_cast<const char*>(v.data) + v_at * dtype_size(kvt), v.stride[3], D, kvt, vt + j * DP);
     }
 
     // A NaN or inf in V meets zero probabilities in the product below (0 *
@@ -787,7 +876,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     if (dot) {
       // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
       dot_scores(kt, DP, qt, DP, s, L.keys, bc, nr, DP);
-      softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, m, l, alpha);
+      softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
     } else {
       // S = K_tile . (scale Q)^T, keys x rows.
       gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
@@ -797,6 +886,9 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       if (softcap != 0.f)
         for (int64_t j = 0; j < bc; ++j)
           for (int64_t r = 0; r < np; ++r) s[j * BR + r] = softcap * tanh_softcap(s[j * BR + r] * inv_softcap);
+      // Bias and ALiBi on the capped logits, before the mask (fmha.h 0.3).
+      if (extra_ptr != nullptr)
+        for (int64_t r = 0; r < nr; ++r) extra.add(s + r, BR, r, j0, bc);
 
       // The mask goes in before the tile max (seed section 6): a masked score
       // that reached the max could make m' too large (underflowing every
@@ -882,12 +974,15 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // O = o / l and lse = m + log l. A row that saw no key has l = 0: O = 0
   // and lse = -inf (the public contract), with no 0/0. A NaN logit made l
   // NaN: O and lse are NaN, never the -inf of "no key".
+  // v_descale multiplies the output (fmha.h 0.3).
   const Operand& out = p.o;
   char* o_data = static_cast<char*>(out.data);
+  const float v_descale = p.v_descale != nullptr ? p.v_descale[b * p.heads_kv + hk] : 1.f;
   for (int64_t r = 0; r < nr; ++r) {
     const float inv = l[r] > 0.f ? 1.f / l[r] : l[r] == 0.f ? 0.f : l[r];
     const int64_t at = sq.row_at(out, h_of(r), i_of(r));
-    store_row(o + r * DP, inv, D, dt, o_data + at * dtype_size(dt), out.stride[3]);
+    store_row(o + r * DP, v_descale == 1.f ? inv : inv * v_descale, D, ot, o_data + at * dtype_size(ot),
+              out.stride[3]);
   }
   if (p.lse != nullptr)
     for (int64_t r = 0; r < nr; ++r)
@@ -920,6 +1015,7 @@ void merge_splits(const Job& job, int64_t group) {
     return reinterpret_cast<float*>(job.partials + (group * plan.splits + s) * job.partial_bytes);
   };
   double w[kMaxSplits];
+  const double v_descale = p.v_descale != nullptr ? p.v_descale[group] : 1.0;
   const Operand& out = p.o;
   char* o_data = static_cast<char*>(out.data);
   for (int64_t r = 0; r < nr; ++r) {
@@ -936,10 +1032,10 @@ void merge_splits(const Job& job, int64_t group) {
       double acc = 0;
       for (int64_t s = 0; s < plan.splits; ++s)
         if (w[s] != 0.0) acc += w[s] * part(s)[2 * nr + r * D + d];
-      merged[d] = static_cast<float>(l > 0 ? acc / l : l == 0 ? 0.0 : l);
+      merged[d] = static_cast<float>(l > 0 ? acc / l * v_descale : l == 0 ? 0.0 : l);
     }
     const int64_t h = h0 + r / nq, i = r % nq;
-    store_row(merged, 1.f, D, p.dtype, o_data + sq.row_at(out, h, i) * dtype_size(p.dtype), out.stride[3]);
+    store_row(merged, 1.f, D, p.o_dtype, o_data + sq.row_at(out, h, i) * dtype_size(p.o_dtype), out.stride[3]);
     if (p.lse != nullptr)
       p.lse[sq.lse_at(h, i)] =
           static_cast<float>(l > 0 ? mx + std::log(l) : l == 0 ? -std::numeric_limits<double>::infinity() : l);

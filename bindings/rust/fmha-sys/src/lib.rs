@@ -21,11 +21,14 @@ include!("bindings.rs");
 /// `reserved_`): a caller built against 0.1 passes it, and 0.2 accepts it.
 pub const FMHA_FORWARD_PARAMS_SIZE_V1: u32 = 368;
 /// The size of `fmha_forward_params` as shipped in 0.2 (the serving
-/// layouts). Initialize a struct with `fmha_forward_params_init_sized(p,
+/// layouts, every field up to `reserved2_`); still accepted.
+pub const FMHA_FORWARD_PARAMS_SIZE_V2: u32 = 424;
+/// The size of `fmha_forward_params` as shipped in 0.3 (the inference
+/// numerics). Initialize a struct with `fmha_forward_params_init_sized(p,
 /// size_of::<fmha_forward_params>())`: the C macro `fmha_forward_params_init`
 /// does that, while the exported symbol of the same name initializes the 0.1
 /// size (for programs built against 0.1).
-pub const FMHA_FORWARD_PARAMS_SIZE_V2: u32 = 424;
+pub const FMHA_FORWARD_PARAMS_SIZE_V3: u32 = 544;
 /// The size of `fmha_merge_params` as shipped in 0.2.
 pub const FMHA_MERGE_PARAMS_SIZE_V1: u32 = 112;
 
@@ -48,7 +51,7 @@ mod tests {
             fmha_forward_params_init_sized(p.as_mut_ptr(), core::mem::size_of::<fmha_forward_params>());
             p.assume_init()
         };
-        assert_eq!(p.struct_size, FMHA_FORWARD_PARAMS_SIZE_V2);
+        assert_eq!(p.struct_size, FMHA_FORWARD_PARAMS_SIZE_V3);
         assert_eq!(
             p.struct_size as usize,
             core::mem::size_of::<fmha_forward_params>()
@@ -68,20 +71,26 @@ mod tests {
             (FMHA_MASK_NONE, 0.0, 0.0)
         );
         assert!(p.kernel.is_null() && p.lse.is_null() && p.q.data.is_null());
+        assert!(p.q_descale.is_null() && p.k_descale.is_null() && p.v_descale.is_null());
+        assert!(p.bias.data.is_null() && p.alibi_slopes.is_null());
+        assert_eq!(p.alibi_slopes_stride, 0);
     }
 
-    /// The ABI sizes: V2 is the whole struct, V1 the offset of the first 0.2
-    /// field (0.1 ended at `reserved_`).
+    /// The ABI sizes: V3 is the whole struct, V2 the offset of the first 0.3
+    /// field (0.2 ended at `reserved2_`), V1 that of the first 0.2 field
+    /// (0.1 ended at `reserved_`).
     #[test]
     fn abi_sizes_are_the_struct_layout() {
         assert_eq!(
-            FMHA_FORWARD_PARAMS_SIZE_V2 as usize,
+            FMHA_FORWARD_PARAMS_SIZE_V3 as usize,
             core::mem::size_of::<fmha_forward_params>()
         );
         let p = core::mem::MaybeUninit::<fmha_forward_params>::uninit();
         let base = p.as_ptr();
         let num_seqs = unsafe { core::ptr::addr_of!((*base).num_seqs) } as usize - base as usize;
         assert_eq!(FMHA_FORWARD_PARAMS_SIZE_V1 as usize, num_seqs);
+        let q_descale = unsafe { core::ptr::addr_of!((*base).q_descale) } as usize - base as usize;
+        assert_eq!(FMHA_FORWARD_PARAMS_SIZE_V2 as usize, q_descale);
         assert_eq!(
             FMHA_MERGE_PARAMS_SIZE_V1 as usize,
             core::mem::size_of::<fmha_merge_params>()
