@@ -55,6 +55,8 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/cpu_convert.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/arith.h"
 #include "core/error.h"
@@ -69,17 +71,23 @@
 #define FMHA_CPU_INLINE inline
 #endif
 
-// On x86-64 with GCC or Clang the work-item function is compiled three
-// times, for AVX-512, for AVX2 + FMA and for the baseline, through target
-// attributes on three thin wrappers around one force-inlined body; forward
-// picks one with __builtin_cpu_supports. Everything the body calls is
-// force-inlined too, so the chosen ISA reaches every inner loop. The build
-// stays portable (no -march flag) and needs no ifunc; other targets compile
-// the baseline only.
+// On x86-64 with GCC or Clang the work-item function is compiled once per
+// path of cpu_isa.h (avx512bf16, avx512, avx2 + FMA + F16C, baseline),
+// through target attributes on thin wrappers around one force-inlined body
+// templated on the path; forward takes the one active_isa() names (cpuid,
+// then FMHA_CPU_ISA: the one dispatch point). Everything the body calls is
+// force-inlined too, so the chosen ISA reaches every inner loop, except the
+// intrinsic helpers of cpu_convert.h, which carry their own target
+// attributes and are called out of line once per row. The build stays
+// portable (no -march flag: outside these functions the objects hold
+// baseline code only) and needs no ifunc; other targets compile the
+// baseline only.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FMHA_CPU_BASELINE_ONLY)
 #define FMHA_CPU_X86_VARIANTS 1
-#define FMHA_CPU_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
-#define FMHA_CPU_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define FMHA_CPU_TARGET_AVX512BF16 \
+  __attribute__((target("avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define FMHA_CPU_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define FMHA_CPU_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #else
 #define FMHA_CPU_X86_VARIANTS 0
 #endif
@@ -248,7 +256,20 @@ T* at_offset(void* base, int64_t offset) {
 
 // dst[0..n) = float(src[i * stride]). The stride-1 loops vectorize (the
 // conversions in numeric.h are branch-free); any other stride is a gather.
+// Contiguous F16 rows convert in hardware on the avx2 and avx512 paths
+// (cpu_convert.h, bit for bit the software result).
+template <CpuIsa kIsa>
 FMHA_CPU_INLINE void load_row(const void* src, int64_t stride, int64_t n, fmha_dtype t, float* dst) {
+#if FMHA_CPU_HW_F16
+  if constexpr (kIsa >= CpuIsa::kAvx2)
+    if (t == FMHA_DTYPE_F16 && stride == 1) {
+      if constexpr (kIsa >= CpuIsa::kAvx512)
+        f16_to_f32_avx512(static_cast<const uint16_t*>(src), n, dst);
+      else
+        f16_to_f32_f16c(static_cast<const uint16_t*>(src), n, dst);
+      return;
+    }
+#endif
   switch (t) {
     case FMHA_DTYPE_F32: {
       const float* s = static_cast<const float*>(src);
@@ -277,9 +298,22 @@ FMHA_CPU_INLINE void load_row(const void* src, int64_t stride, int64_t n, fmha_d
   }
 }
 
-// dst[i * stride] = src[i] * mul, rounded to nearest even for F16/BF16.
+// dst[i * stride] = src[i] * mul, rounded to nearest even for F16/BF16;
+// contiguous F16 rows in hardware on the avx2 and avx512 paths, as in
+// load_row. (BF16 stays in software: vcvtneps2bf16 flushes subnormals.)
+template <CpuIsa kIsa>
 FMHA_CPU_INLINE void store_row(const float* src, float mul, int64_t n, fmha_dtype t, void* dst,
                                int64_t stride) {
+#if FMHA_CPU_HW_F16
+  if constexpr (kIsa >= CpuIsa::kAvx2)
+    if (t == FMHA_DTYPE_F16 && stride == 1) {
+      if constexpr (kIsa >= CpuIsa::kAvx512)
+        f32_to_f16_avx512(src, mul, n, static_cast<uint16_t*>(dst));
+      else
+        f32_to_f16_f16c(src, mul, n, static_cast<uint16_t*>(dst));
+      return;
+    }
+#endif
   switch (t) {
     case FMHA_DTYPE_F32: {
       float* d = static_cast<float*>(dst);
@@ -605,8 +639,9 @@ struct Job {
 // One work item, in the scratch slice of `worker`, with a kRows-row register
 // tile: query rows [i0, i0 + nr) of (batch b, query head h), or, packed, the
 // G * Nq rows of (batch b, kv head hk) over the keys of one split.
-template <int64_t kRows>
+template <CpuIsa kIsa>
 FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
+  constexpr int64_t kRows = kIsa >= CpuIsa::kAvx512 ? kRowsAvx512 : kRowsOther;
   const Problem& p = *job.p;
   const ScratchLayout& L = job.layout;
   const fmha_dtype dt = p.dtype;
@@ -709,7 +744,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     for (int64_t r = 0; r < np; ++r) {
       if (r < nr) {
         const int64_t at = sq.row_at(q, h_of(r), i_of(r));
-        load_row(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
+        load_row<kIsa>(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
         if (dot) {
           for (int64_t d = 0; d < D; ++d) qt[r * DP + d] = scale * o[d];
           for (int64_t d = D; d < DP; ++d) qt[r * DP + d] = 0.f;
@@ -767,8 +802,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
       int64_t k_at, v_at;
       sq.key_at(hk, j0 + j, &k_at, &v_at);
-      load_row(static_cast<const char*>(k.data) + k_at * dtype_size(dt), k.stride[3], D, dt, kt + j * DP);
-      load_row(static_cast<const char*>(v.data) + v_at * dtype_size(dt), v.stride[3], D, dt, vt + j * DP);
+      load_row<kIsa>(static_cast<const char*>(k.data) + k_at * dtype_size(dt), k.stride[3], D, dt, kt + j * DP);
+      load_row<kIsa>(static_cast<const char*>(v.data) + v_at * dtype_size(dt), v.stride[3], D, dt, vt + j * DP);
     }
 
     // A NaN or inf in V meets zero probabilities in the product below (0 *
@@ -887,7 +922,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   for (int64_t r = 0; r < nr; ++r) {
     const float inv = l[r] > 0.f ? 1.f / l[r] : l[r] == 0.f ? 0.f : l[r];
     const int64_t at = sq.row_at(out, h_of(r), i_of(r));
-    store_row(o + r * DP, inv, D, dt, o_data + at * dtype_size(dt), out.stride[3]);
+    store_row<kIsa>(o + r * DP, inv, D, dt, o_data + at * dtype_size(dt), out.stride[3]);
   }
   if (p.lse != nullptr)
     for (int64_t r = 0; r < nr; ++r)
@@ -939,7 +974,7 @@ void merge_splits(const Job& job, int64_t group) {
       merged[d] = static_cast<float>(l > 0 ? acc / l : l == 0 ? 0.0 : l);
     }
     const int64_t h = h0 + r / nq, i = r % nq;
-    store_row(merged, 1.f, D, p.dtype, o_data + sq.row_at(out, h, i) * dtype_size(p.dtype), out.stride[3]);
+    store_row<CpuIsa::kBaseline>(merged, 1.f, D, p.dtype, o_data + sq.row_at(out, h, i) * dtype_size(p.dtype), out.stride[3]);
     if (p.lse != nullptr)
       p.lse[sq.lse_at(h, i)] =
           static_cast<float>(l > 0 ? mx + std::log(l) : l == 0 ? -std::numeric_limits<double>::infinity() : l);
@@ -950,29 +985,34 @@ void merge_splits(const Job& job, int64_t group) {
 using BlockFn = void (*)(const Job&, int64_t, int);
 
 void run_block_baseline(const Job& job, int64_t item, int worker) {
-  run_block<kRowsOther>(job, item, worker);
+  run_block<CpuIsa::kBaseline>(job, item, worker);
 }
 
 #if FMHA_CPU_X86_VARIANTS
 FMHA_CPU_TARGET_AVX2 void run_block_avx2(const Job& job, int64_t item, int worker) {
-  run_block<kRowsOther>(job, item, worker);
+  run_block<CpuIsa::kAvx2>(job, item, worker);
 }
 
 FMHA_CPU_TARGET_AVX512 void run_block_avx512(const Job& job, int64_t item, int worker) {
-  run_block<kRowsAvx512>(job, item, worker);
+  run_block<CpuIsa::kAvx512>(job, item, worker);
+}
+
+FMHA_CPU_TARGET_AVX512BF16 void run_block_avx512bf16(const Job& job, int64_t item, int worker) {
+  run_block<CpuIsa::kAvx512Bf16>(job, item, worker);
 }
 #endif
 
+// The function of the path active_isa() chose (cpuid, then FMHA_CPU_ISA;
+// it never names a path this CPU or build lacks).
 BlockFn select_block_fn() {
+  switch (active_isa()) {
 #if FMHA_CPU_X86_VARIANTS
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-    return run_block_avx512;
-  if (avx2) return run_block_avx2;
+    case CpuIsa::kAvx512Bf16: return run_block_avx512bf16;
+    case CpuIsa::kAvx512: return run_block_avx512;
+    case CpuIsa::kAvx2: return run_block_avx2;
 #endif
-  return run_block_baseline;
+    default: return run_block_baseline;
+  }
 }
 
 // Threads that take part: no more than there are work items of the first
