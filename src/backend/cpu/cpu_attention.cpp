@@ -91,6 +91,9 @@
 #else
 #define FMHA_CPU_X86_VARIANTS 0
 #endif
+#if FMHA_CPU_X86_VARIANTS
+#include <immintrin.h>
+#endif
 
 namespace fmha::cpu {
 namespace {
@@ -576,6 +579,64 @@ FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc,
   }
 }
 
+// ---- BF16 scores with vdpbf16ps (the avx512bf16 path) ----------------------------
+
+#if FMHA_CPU_X86_VARIANTS
+// S = scale * K_tile . Q^T for BF16 operands, keys x rows, on the
+// avx512bf16 path: vdpbf16ps multiplies BF16 pairs exactly and adds them
+// into FP32 lanes (round to nearest even, subnormals flushed: a term below
+// 2^-126 is far below any score's resolution), so the scores keep FP32
+// accumulation and Q and K need no conversion at all. Q is not pre-scaled
+// (scale * q rounded to BF16 would lose bits); the scale multiplies the
+// FP32 sums instead.
+//
+// Operands: K row j at k + j * ldk, raw BF16, `pairs` element pairs (an odd
+// head_dim's last pair padded with 0); Q pair-interleaved, qp[p * 2 * ldq +
+// 2 * r + e] = q[row r][2p + e], ldq >= np rows, np a multiple of 32 (rows
+// past the block's are 0). A strip of kKeys keys x 32 rows keeps 2 * kKeys
+// zmm accumulators over the whole pair loop; per pair it broadcasts each
+// key's pair and multiplies it against 32 rows' pairs.
+template <int64_t kKeys>
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE void bf16_score_strip(const uint16_t* k, int64_t ldk,
+                                                                 const uint16_t* qp, int64_t ldq, float* s,
+                                                                 int64_t lds, int64_t np, int64_t pairs,
+                                                                 float scale) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int64_t r = 0; r < np; r += 32) {
+    __m512 acc[kKeys][2];
+    for (int64_t j = 0; j < kKeys; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < pairs; ++p) {
+      const uint16_t* qrow = qp + p * 2 * ldq + 2 * r;
+      const __m512i b0 = _mm512_loadu_si512(qrow);
+      const __m512i b1 = _mm512_loadu_si512(qrow + 32);
+      for (int64_t j = 0; j < kKeys; ++j) {
+        uint32_t pair;
+        std::memcpy(&pair, k + j * ldk + 2 * p, sizeof pair);
+        const __m512i a = _mm512_set1_epi32(static_cast<int>(pair));
+        acc[j][0] = _mm512_dpbf16_ps(acc[j][0], (__m512bh)a, (__m512bh)b0);
+        acc[j][1] = _mm512_dpbf16_ps(acc[j][1], (__m512bh)a, (__m512bh)b1);
+      }
+    }
+    for (int64_t j = 0; j < kKeys; ++j) {
+      _mm512_storeu_ps(s + j * lds + r, _mm512_mul_ps(acc[j][0], vscale));
+      _mm512_storeu_ps(s + j * lds + r + 16, _mm512_mul_ps(acc[j][1], vscale));
+    }
+  }
+}
+
+// Keys [0, nk) in strips of 4, then one at a time. Out of line: the
+// caller (run_block) is compiled for the avx512bf16 path only through its
+// wrapper, so the intrinsics live in a function carrying the target itself.
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_score_tile(const uint16_t* k, int64_t ldk,
+                                                                       const uint16_t* qp, int64_t ldq,
+                                                                       float* s, int64_t lds, int64_t nk,
+                                                                       int64_t np, int64_t pairs, float scale) {
+  int64_t j = 0;
+  for (; j + 4 <= nk; j += 4) bf16_score_strip<4>(k + j * ldk, ldk, qp, ldq, s + j * lds, lds, np, pairs, scale);
+  for (; j < nk; ++j) bf16_score_strip<1>(k + j * ldk, ldk, qp, ldq, s + j * lds, lds, np, pairs, scale);
+}
+#endif
+
 // ---- one sequence ---------------------------------------------------------------
 
 // Where sequence b of the batch lives: its extent as core/seq_layout.h
@@ -697,6 +758,15 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const bool dot = packed && nr <= kDotRows;
   const int64_t KT = dot ? kDotTileKeys : L.keys;  // keys per streamed tile
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
+  // BF16 scores with vdpbf16ps (avx512bf16 path, unpacked blocks): Q and
+  // the K tiles stay raw BF16 (see bf16_score_tile); V still converts to FP32.
+#if FMHA_CPU_X86_VARIANTS
+  constexpr bool kBf16Dot = kIsa == CpuIsa::kAvx512Bf16;
+#else
+  constexpr bool kBf16Dot = false;
+#endif
+  const bool bf16_scores = kBf16Dot && dt == FMHA_DTYPE_BF16 && !dot;
+  const int64_t pairs = (D + 1) / 2;  // BF16 element pairs of a row
 
   char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
   float* qt = at_offset<float>(base, L.qt);
@@ -741,7 +811,20 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const Operand& q = p.q;
     const char* q_data = static_cast<const char*>(q.data);
     const float scale = p.scale;
-    for (int64_t r = 0; r < np; ++r) {
+    if (bf16_scores) {
+      // qp[pair][row][2], unscaled; zero past head_dim and for padding rows.
+      uint16_t* qp = reinterpret_cast<uint16_t*>(qt);
+      for (int64_t r = 0; r < np; ++r) {
+        if (r < nr) {
+          const uint16_t* qr = reinterpret_cast<const uint16_t*>(q_data) + sq.row_at(q, h_of(r), i_of(r));
+          for (int64_t d = 0; d < D; ++d) qp[(d >> 1) * 2 * BR + 2 * r + (d & 1)] = qr[d * q.stride[3]];
+          if (D & 1) qp[(pairs - 1) * 2 * BR + 2 * r + 1] = 0;
+        } else {
+          for (int64_t x = 0; x < pairs; ++x) qp[x * 2 * BR + 2 * r] = qp[x * 2 * BR + 2 * r + 1] = 0;
+        }
+      }
+    }
+    for (int64_t r = 0; r < np && !bf16_scores; ++r) {
       if (r < nr) {
         const int64_t at = sq.row_at(q, h_of(r), i_of(r));
         load_row<kIsa>(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
@@ -802,7 +885,17 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
       int64_t k_at, v_at;
       sq.key_at(hk, j0 + j, &k_at, &v_at);
-      load_row<kIsa>(static_cast<const char*>(k.data) + k_at * dtype_size(dt), k.stride[3], D, dt, kt + j * DP);
+      if (bf16_scores) {  // the raw BF16 row, an odd head_dim padded to a whole pair
+        uint16_t* kr = reinterpret_cast<uint16_t*>(kt) + j * 2 * pairs;
+        const uint16_t* ks = static_cast<const uint16_t*>(k.data) + k_at;
+        if (k.stride[3] == 1)
+          std::memcpy(kr, ks, D * sizeof(uint16_t));
+        else
+          for (int64_t d = 0; d < D; ++d) kr[d] = ks[d * k.stride[3]];
+        if (D & 1) kr[D] = 0;
+      } else {
+        load_row<kIsa>(static_cast<const char*>(k.data) + k_at * dtype_size(dt), k.stride[3], D, dt, kt + j * DP);
+      }
       load_row<kIsa>(static_cast<const char*>(v.data) + v_at * dtype_size(dt), v.stride[3], D, dt, vt + j * DP);
     }
 
@@ -825,7 +918,13 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, m, l, alpha);
     } else {
       // S = K_tile . (scale Q)^T, keys x rows.
-      gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
+#if FMHA_CPU_X86_VARIANTS
+      if (bf16_scores)
+        bf16_score_tile(reinterpret_cast<const uint16_t*>(kt), 2 * pairs, reinterpret_cast<const uint16_t*>(qt), BR, s,
+                    BR, bc, np, pairs, p.scale);
+      else
+#endif
+        gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
 
       // Softcap acts on the scaled logits, before the mask and the max, so
       // lse and the softmax both see the capped values.
