@@ -23,6 +23,9 @@
 //   reduction, and K/V tiles are plain row-major copies (no transpose).
 //   Both products go through one register-blocked kernel (gemm_rows) whose
 //   inner loop is a fixed-width axpy the compiler vectorizes.
+//   On the avx512bf16 path (cpu_isa.h) a BF16 query block keeps Q (pair-
+//   interleaved, unscaled) and its K tiles raw, and its scores come from
+//   bf16_score_tile (vdpbf16ps, FP32 sums) instead; P . V stays FP32.
 //
 // Decode (few query rows, GQA): when the Nq query rows of all G query heads
 // that share a kv head fit in one block (G * Nq <= rows), one work item
@@ -147,7 +150,7 @@ constexpr int64_t kDotRows = 16;
 //   bf16 Nq=1  5.00 / 2.59   5.25 / 2.60   6.18 / 3.27
 //   f16  Nq=1  6.48 / 3.36   6.22 / 3.27   6.10 / 3.18
 //   f16  Nq=4  14.58 / 7.61  12.59 / 6.56  12.08 / 6.23
-// 32 is the compromise (F16 converts in software, which hides the memory
+// 32 is the compromise (F16 then converted in software, which hides the memory
 // latency that smaller tiles save); prefetching 2 or 4 tiles ahead instead
 // of 1 was no better.
 constexpr int64_t kDotTileKeys = 32;
