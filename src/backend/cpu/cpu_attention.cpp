@@ -25,7 +25,8 @@
 //   inner loop is a fixed-width axpy the compiler vectorizes.
 //   On the avx512bf16 path (cpu_isa.h) a BF16 query block keeps Q (pair-
 //   interleaved, unscaled) and its K tiles raw, and its scores come from
-//   bf16_score_tile (vdpbf16ps, FP32 sums) instead; P . V stays FP32.
+//   bf16_score_tile (vdpbf16ps, FP32 sums) instead; a packed decode block
+//   likewise from bf16_dot_tile. P . V stays FP32.
 //
 // Decode (few query rows, GQA): when the Nq query rows of all G query heads
 // that share a kv head fit in one block (G * Nq <= rows), one work item
@@ -638,6 +639,69 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_score_tile(const 
   for (; j + 4 <= nk; j += 4) bf16_score_strip<4>(k + j * ldk, ldk, qp, ldq, s + j * lds, lds, np, pairs, scale);
   for (; j < nk; ++j) bf16_score_strip<1>(k + j * ldk, ldk, qp, ldq, s + j * lds, lds, np, pairs, scale);
 }
+
+// The dot-product form for packed decode blocks (dot_scores' layout: S rows
+// x keys), on raw BF16: s[r * lds + j] = scale * sum_d k[j][d] * q[r][d],
+// K row j at k + j * ldk and Q row r at q + r * ldq, both zero past
+// head_dim up to dp (a multiple of 32). Each (key, row) sums 16 FP32 lanes
+// of vdpbf16ps pair products, folded in dot_strip's fixed order.
+// In registers: h[x] = a[x] + a[x + 8], q[x] = h[x] + h[x + 4], then
+// (q0 + q2) + (q1 + q3). (GCC 12's extract intrinsics pass an undefined
+// operand that -Wmaybe-uninitialized reports once inlined: the header's
+// doing.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE float fold_zmm(__m512 a) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  float x[4];
+  _mm_storeu_ps(x, q);
+  return (x[0] + x[2]) + (x[1] + x[3]);
+}
+
+template <int64_t kKeys, int64_t kR>
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE void bf16_dot_strip(const uint16_t* k, int64_t ldk, const uint16_t* q,
+                                                               int64_t ldq, float* s, int64_t lds, int64_t dp,
+                                                               float scale) {
+  __m512 acc[kKeys][kR];
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) acc[j][r] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < dp; d += 32) {
+    __m512i kv[kKeys];
+    for (int64_t j = 0; j < kKeys; ++j) kv[j] = _mm512_loadu_si512(k + j * ldk + d);
+    for (int64_t r = 0; r < kR; ++r) {
+      const __m512i qv = _mm512_loadu_si512(q + r * ldq + d);
+      for (int64_t j = 0; j < kKeys; ++j) acc[j][r] = _mm512_dpbf16_ps(acc[j][r], (__m512bh)kv[j], (__m512bh)qv);
+    }
+  }
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) s[r * lds + j] = scale * fold_zmm(acc[j][r]);
+}
+
+// bf16_dot_strip over keys [0, nk) and rows [0, nr), as dot_scores.
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_dot_tile(const uint16_t* k, int64_t ldk,
+                                                                         const uint16_t* q, int64_t ldq, float* s,
+                                                                         int64_t lds, int64_t nk, int64_t nr,
+                                                                         int64_t dp, float scale) {
+  int64_t j = 0;
+  for (; j + kDotKeys <= nk; j += kDotKeys) {
+    int64_t r = 0;
+    for (; r + kDotStripRows <= nr; r += kDotStripRows)
+      bf16_dot_strip<kDotKeys, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+    for (; r < nr; ++r) bf16_dot_strip<kDotKeys, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+  }
+  for (; j < nk; ++j) {
+    int64_t r = 0;
+    for (; r + kDotStripRows <= nr; r += kDotStripRows)
+      bf16_dot_strip<1, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+    for (; r < nr; ++r) bf16_dot_strip<1, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 // ---- one sequence ---------------------------------------------------------------
@@ -769,7 +833,12 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   constexpr bool kBf16Dot = false;
 #endif
   const bool bf16_scores = kBf16Dot && dt == FMHA_DTYPE_BF16 && !dot;
+  // Likewise for packed dot-product blocks (bf16_dot_tile): Q rows and K
+  // tile rows raw BF16, DP elements apart, zero past head_dim.
+  const bool bf16_dots = kBf16Dot && dt == FMHA_DTYPE_BF16 && dot;
+  const bool bf16_raw = bf16_scores || bf16_dots;
   const int64_t pairs = (D + 1) / 2;  // BF16 element pairs of a row
+  const int64_t k_raw_ld = bf16_dots ? DP : 2 * pairs;  // BF16 elements between raw K rows
 
   char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
   float* qt = at_offset<float>(base, L.qt);
@@ -826,8 +895,16 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
           for (int64_t x = 0; x < pairs; ++x) qp[x * 2 * BR + 2 * r] = qp[x * 2 * BR + 2 * r + 1] = 0;
         }
       }
+    } else if (bf16_dots) {
+      // qr[row][DP], unscaled, zero past head_dim.
+      uint16_t* qr = reinterpret_cast<uint16_t*>(qt);
+      for (int64_t r = 0; r < nr; ++r) {
+        const uint16_t* src = reinterpret_cast<const uint16_t*>(q_data) + sq.row_at(q, h_of(r), i_of(r));
+        for (int64_t d = 0; d < D; ++d) qr[r * DP + d] = src[d * q.stride[3]];
+        for (int64_t d = D; d < DP; ++d) qr[r * DP + d] = 0;
+      }
     }
-    for (int64_t r = 0; r < np && !bf16_scores; ++r) {
+    for (int64_t r = 0; r < np && !bf16_raw; ++r) {
       if (r < nr) {
         const int64_t at = sq.row_at(q, h_of(r), i_of(r));
         load_row<kIsa>(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
@@ -855,7 +932,10 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   if (DP > D)
     for (int64_t j = 0; j < L.keys; ++j) {
       std::memset(vt + j * DP + D, 0, (DP - D) * sizeof(float));
-      if (dot) std::memset(kt + j * DP + D, 0, (DP - D) * sizeof(float));
+      if (bf16_dots)
+        std::memset(reinterpret_cast<uint16_t*>(kt) + j * DP + D, 0, (DP - D) * sizeof(uint16_t));
+      else if (dot)
+        std::memset(kt + j * DP + D, 0, (DP - D) * sizeof(float));
     }
 
   const Operand& k = p.k;
@@ -888,8 +968,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
       int64_t k_at, v_at;
       sq.key_at(hk, j0 + j, &k_at, &v_at);
-      if (bf16_scores) {  // the raw BF16 row, an odd head_dim padded to a whole pair
-        uint16_t* kr = reinterpret_cast<uint16_t*>(kt) + j * 2 * pairs;
+      if (bf16_raw) {  // the raw BF16 row, an odd head_dim padded to a whole pair
+        uint16_t* kr = reinterpret_cast<uint16_t*>(kt) + j * k_raw_ld;
         const uint16_t* ks = static_cast<const uint16_t*>(k.data) + k_at;
         if (k.stride[3] == 1)
           std::memcpy(kr, ks, D * sizeof(uint16_t));
@@ -917,7 +997,13 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const bool edge = j0 < full_lo || j0 + bc > full_hi;
     if (dot) {
       // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
-      dot_scores(kt, DP, qt, DP, s, L.keys, bc, nr, DP);
+#if FMHA_CPU_X86_VARIANTS
+      if (bf16_dots)
+        bf16_dot_tile(reinterpret_cast<const uint16_t*>(kt), DP, reinterpret_cast<const uint16_t*>(qt), DP, s,
+                      L.keys, bc, nr, DP, p.scale);
+      else
+#endif
+        dot_scores(kt, DP, qt, DP, s, L.keys, bc, nr, DP);
       softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, m, l, alpha);
     } else {
       // S = K_tile . (scale Q)^T, keys x rows.

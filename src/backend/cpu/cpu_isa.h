@@ -6,8 +6,8 @@
 //   baseline    what the compiler targets by default (SSE2 on x86-64)
 //   avx2        AVX2 + FMA + F16C (hardware F16 conversion)
 //   avx512      AVX-512 F/BW/DQ/VL (+ the avx2 set)
-//   avx512bf16  avx512 + AVX512-BF16: BF16 Q.K^T of query blocks with
-//               vdpbf16ps (FP32 sums; P.V stays FP32)
+//   avx512bf16  avx512 + AVX512-BF16: BF16 Q.K^T (query blocks and decode
+//               dot products) with vdpbf16ps, FP32 sums; P.V stays FP32
 // Names reserved for kernels this build does not have (amx, avx512fp16,
 // neon) are recognized and refused with a message. Only x86-64 builds with
 // GCC or Clang have the paths above baseline; elsewhere everything is
