@@ -5,8 +5,11 @@
 // Storage values are passed as their raw uint16_t bits. Widening is exact for
 // every input; narrowing rounds to nearest, ties to even, keeps the sign,
 // turns values past the largest finite into inf, and keeps NaN a (quiet)
-// NaN. The widening functions are written without branches so that a loop
-// over an array of them vectorizes.
+// NaN. Widening an F16 signalling NaN gives the quiet NaN with the same
+// payload, as IEEE 754's convertFormat and the hardware (F16C vcvtph2ps) do,
+// so the CPU backend's software and hardware conversions agree bit for bit.
+// The widening functions are written without branches so that a loop over
+// an array of them vectorizes.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +40,10 @@ inline float half_to_float(uint16_t h) {
   // as if it had the implicit 1, then subtract that 1 (2^-14). Both operands
   // and the exact result are normal floats, so DAZ/FTZ modes cannot flush it.
   const uint32_t subnormal = float_bits(bits_float(shifted + (113u << 23)) - 0x1p-14f);
-  // Inf/NaN: exponent all ones, the mantissa (NaN payload) kept.
-  const uint32_t special = shifted | 0x7f800000u;
+  // Inf/NaN: exponent all ones, the mantissa (NaN payload) kept, a NaN
+  // made quiet (the top mantissa bit set).
+  const uint32_t is_nan = 0u - static_cast<uint32_t>(em > 0x7c00u);
+  const uint32_t special = shifted | 0x7f800000u | (is_nan & 0x00400000u);
   // Select with masks rather than ?: so the compiler keeps the loop
   // branch-free (it will not if-convert a float subtraction it has moved
   // under a branch, since that might trap) and vectorizes it.

@@ -149,6 +149,37 @@ TEST_CASE("cpu_tiled: GQA groups 1, 4, 8 and MQA") { check_cases(ft::cases_gqa()
 
 TEST_CASE("cpu_tiled: BNHD, packed QKV and head_dim stride 2") { check_cases(ft::cases_layouts()); }
 
+// Odd head dims (the matrix has even ones only): the avx512bf16 path pads a
+// BF16 row to whole element pairs, the F16 conversions have a tail past
+// their vector width, the padded product has columns past head_dim. Every
+// dtype, contiguous and head_dim stride 2, causal and not, more rows than
+// one block and keys across several tiles, and decode-shaped packed blocks.
+TEST_CASE("cpu_tiled: odd head dims") {
+  std::vector<ft::AttentionCase> cases;
+  for (fmha_dtype dt : {FMHA_DTYPE_BF16, FMHA_DTYPE_F16, FMHA_DTYPE_F32})
+    for (int64_t d : {1, 7, 33, 127})
+      for (ft::Layout layout : {ft::Layout::kBHND, ft::Layout::kStridedHeadDim}) {
+        ft::AttentionCase c;
+        c.dtype = dt;
+        c.heads_q = 2;
+        c.heads_kv = 1;
+        c.seq_q = 150;
+        c.seq_k = 140;
+        c.head_dim = d;
+        c.mask_flags = d == 7 ? FMHA_MASK_NONE : FMHA_MASK_CAUSAL;
+        c.layout = layout;
+        cases.push_back(c);
+        // Decode-shaped: a GQA group of 4 x Nq = 2 packed into one
+        // dot-product block, keys across several tiles.
+        c.heads_q = 8;
+        c.heads_kv = 2;
+        c.seq_q = 2;
+        c.seq_k = 300;
+        cases.push_back(c);
+      }
+  check_cases(cases);
+}
+
 TEST_CASE("cpu_tiled: rows that see no key give O = 0 exactly and lse = -inf") {
   check_cases(ft::cases_fully_masked_rows(), [](const ft::CaseResult& r) {
     // The case must really have such rows, or it tests nothing.

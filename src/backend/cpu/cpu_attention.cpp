@@ -23,6 +23,10 @@
 //   reduction, and K/V tiles are plain row-major copies (no transpose).
 //   Both products go through one register-blocked kernel (gemm_rows) whose
 //   inner loop is a fixed-width axpy the compiler vectorizes.
+//   On the avx512bf16 path (cpu_isa.h) a BF16 query block keeps Q (pair-
+//   interleaved, unscaled) and its K tiles raw, and its scores come from
+//   bf16_score_tile (vdpbf16ps, FP32 sums) instead; a packed decode block
+//   likewise from bf16_dot_tile. P . V stays FP32.
 //
 // Decode (few query rows, GQA): when the Nq query rows of all G query heads
 // that share a kv head fit in one block (G * Nq <= rows), one work item
@@ -55,6 +59,8 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/cpu_convert.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/arith.h"
 #include "core/error.h"
@@ -69,19 +75,28 @@
 #define FMHA_CPU_INLINE inline
 #endif
 
-// On x86-64 with GCC or Clang the work-item function is compiled three
-// times, for AVX-512, for AVX2 + FMA and for the baseline, through target
-// attributes on three thin wrappers around one force-inlined body; forward
-// picks one with __builtin_cpu_supports. Everything the body calls is
-// force-inlined too, so the chosen ISA reaches every inner loop. The build
-// stays portable (no -march flag) and needs no ifunc; other targets compile
-// the baseline only.
+// On x86-64 with GCC or Clang the work-item function is compiled once per
+// path of cpu_isa.h (avx512bf16, avx512, avx2 + FMA + F16C, baseline),
+// through target attributes on thin wrappers around one force-inlined body
+// templated on the path; forward takes the one active_isa() names (cpuid,
+// then FMHA_CPU_ISA: the one dispatch point). Everything the body calls is
+// force-inlined too, so the chosen ISA reaches every inner loop, except the
+// intrinsic helpers of cpu_convert.h, which carry their own target
+// attributes and are called out of line once per row. The build stays
+// portable (no -march flag: outside these functions the objects hold
+// baseline code only) and needs no ifunc; other targets compile the
+// baseline only.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FMHA_CPU_BASELINE_ONLY)
 #define FMHA_CPU_X86_VARIANTS 1
-#define FMHA_CPU_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
-#define FMHA_CPU_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define FMHA_CPU_TARGET_AVX512BF16 \
+  __attribute__((target("avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define FMHA_CPU_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define FMHA_CPU_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #else
 #define FMHA_CPU_X86_VARIANTS 0
+#endif
+#if FMHA_CPU_X86_VARIANTS
+#include <immintrin.h>
 #endif
 
 namespace fmha::cpu {
@@ -136,7 +151,7 @@ constexpr int64_t kDotRows = 16;
 //   bf16 Nq=1  5.00 / 2.59   5.25 / 2.60   6.18 / 3.27
 //   f16  Nq=1  6.48 / 3.36   6.22 / 3.27   6.10 / 3.18
 //   f16  Nq=4  14.58 / 7.61  12.59 / 6.56  12.08 / 6.23
-// 32 is the compromise (F16 converts in software, which hides the memory
+// 32 is the compromise (F16 then converted in software, which hides the memory
 // latency that smaller tiles save); prefetching 2 or 4 tiles ahead instead
 // of 1 was no better.
 constexpr int64_t kDotTileKeys = 32;
@@ -270,7 +285,20 @@ FMHA_CPU_INLINE float load_scalar(const void* src, int64_t at, fmha_dtype t) {
 
 // dst[0..n) = float(src[i * stride]). The stride-1 loops vectorize (the
 // conversions in numeric.h are branch-free); any other stride is a gather.
+// Contiguous F16 rows convert in hardware on the avx2 and avx512 paths
+// (cpu_convert.h, bit for bit the software result).
+template <CpuIsa kIsa>
 FMHA_CPU_INLINE void load_row(const void* src, int64_t stride, int64_t n, fmha_dtype t, float* dst) {
+#if FMHA_CPU_HW_F16
+  if constexpr (kIsa >= CpuIsa::kAvx2)
+    if (t == FMHA_DTYPE_F16 && stride == 1) {
+      if constexpr (kIsa >= CpuIsa::kAvx512)
+        f16_to_f32_avx512(static_cast<const uint16_t*>(src), n, dst);
+      else
+        f16_to_f32_f16c(static_cast<const uint16_t*>(src), n, dst);
+      return;
+    }
+#endif
   switch (t) {
     case FMHA_DTYPE_F32: {
       const float* s = static_cast<const float*>(src);
@@ -306,9 +334,22 @@ FMHA_CPU_INLINE void load_row(const void* src, int64_t stride, int64_t n, fmha_d
   }
 }
 
-// dst[i * stride] = src[i] * mul, rounded to nearest even for F16/BF16.
+// dst[i * stride] = src[i] * mul, rounded to nearest even for F16/BF16;
+// contiguous F16 rows in hardware on the avx2 and avx512 paths, as in
+// load_row. (BF16 stays in software: vcvtneps2bf16 flushes subnormals.)
+template <CpuIsa kIsa>
 FMHA_CPU_INLINE void store_row(const float* src, float mul, int64_t n, fmha_dtype t, void* dst,
                                int64_t stride) {
+#if FMHA_CPU_HW_F16
+  if constexpr (kIsa >= CpuIsa::kAvx2)
+    if (t == FMHA_DTYPE_F16 && stride == 1) {
+      if constexpr (kIsa >= CpuIsa::kAvx512)
+        f32_to_f16_avx512(src, mul, n, static_cast<uint16_t*>(dst));
+      else
+        f32_to_f16_f16c(src, mul, n, static_cast<uint16_t*>(dst));
+      return;
+    }
+#endif
   switch (t) {
     case FMHA_DTYPE_F32: {
       float* d = static_cast<float*>(dst);
@@ -574,6 +615,127 @@ FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc,
   }
 }
 
+// ---- BF16 scores with vdpbf16ps (the avx512bf16 path) ----------------------------
+
+#if FMHA_CPU_X86_VARIANTS
+// S = scale * K_tile . Q^T for BF16 operands, keys x rows, on the
+// avx512bf16 path: vdpbf16ps multiplies BF16 pairs exactly and adds them
+// into FP32 lanes (round to nearest even, subnormals flushed: a term below
+// 2^-126 is far below any score's resolution), so the scores keep FP32
+// accumulation and Q and K need no conversion at all. Q is not pre-scaled
+// (scale * q rounded to BF16 would lose bits); the scale multiplies the
+// FP32 sums instead.
+//
+// Operands: K row j at k + j * ldk, raw BF16, `pairs` element pairs (an odd
+// head_dim's last pair padded with 0); Q pair-interleaved, qp[p * 2 * ldq +
+// 2 * r + e] = q[row r][2p + e], ldq >= np rows, np a multiple of 32 (rows
+// past the block's are 0). A strip of kKeys keys x 32 rows keeps 2 * kKeys
+// zmm accumulators over the whole pair loop; per pair it broadcasts each
+// key's pair and multiplies it against 32 rows' pairs.
+template <int64_t kKeys>
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE void bf16_score_strip(const uint16_t* k, int64_t ldk,
+                                                                 const uint16_t* qp, int64_t ldq, float* s,
+                                                                 int64_t lds, int64_t np, int64_t pairs,
+                                                                 float scale) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int64_t r = 0; r < np; r += 32) {
+    __m512 acc[kKeys][2];
+    for (int64_t j = 0; j < kKeys; ++j) acc[j][0] = acc[j][1] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < pairs; ++p) {
+      const uint16_t* qrow = qp + p * 2 * ldq + 2 * r;
+      const __m512i b0 = _mm512_loadu_si512(qrow);
+      const __m512i b1 = _mm512_loadu_si512(qrow + 32);
+      for (int64_t j = 0; j < kKeys; ++j) {
+        uint32_t pair;
+        std::memcpy(&pair, k + j * ldk + 2 * p, sizeof pair);
+        const __m512i a = _mm512_set1_epi32(static_cast<int>(pair));
+        acc[j][0] = _mm512_dpbf16_ps(acc[j][0], (__m512bh)a, (__m512bh)b0);
+        acc[j][1] = _mm512_dpbf16_ps(acc[j][1], (__m512bh)a, (__m512bh)b1);
+      }
+    }
+    for (int64_t j = 0; j < kKeys; ++j) {
+      _mm512_storeu_ps(s + j * lds + r, _mm512_mul_ps(acc[j][0], vscale));
+      _mm512_storeu_ps(s + j * lds + r + 16, _mm512_mul_ps(acc[j][1], vscale));
+    }
+  }
+}
+
+// Keys [0, nk) in strips of 4, then one at a time. Out of line: the
+// caller (run_block) is compiled for the avx512bf16 path only through its
+// wrapper, so the intrinsics live in a function carrying the target itself.
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_score_tile(const uint16_t* k, int64_t ldk,
+                                                                       const uint16_t* qp, int64_t ldq,
+                                                                       float* s, int64_t lds, int64_t nk,
+                                                                       int64_t np, int64_t pairs, float scale) {
+  int64_t j = 0;
+  for (; j + 4 <= nk; j += 4) bf16_score_strip<4>(k + j * ldk, ldk, qp, ldq, s + j * lds, lds, np, pairs, scale);
+  for (; j < nk; ++j) bf16_score_strip<1>(k + j * ldk, ldk, qp, ldq, s + j * lds, lds, np, pairs, scale);
+}
+
+// The dot-product form for packed decode blocks (dot_scores' layout: S rows
+// x keys), on raw BF16: s[r * lds + j] = scale * sum_d k[j][d] * q[r][d],
+// K row j at k + j * ldk and Q row r at q + r * ldq, both zero past
+// head_dim up to dp (a multiple of 32). Each (key, row) sums 16 FP32 lanes
+// of vdpbf16ps pair products, folded in dot_strip's fixed order.
+// In registers: h[x] = a[x] + a[x + 8], q[x] = h[x] + h[x + 4], then
+// (q0 + q2) + (q1 + q3). (GCC 12's extract intrinsics pass an undefined
+// operand that -Wmaybe-uninitialized reports once inlined: the header's
+// doing.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE float fold_zmm(__m512 a) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  float x[4];
+  _mm_storeu_ps(x, q);
+  return (x[0] + x[2]) + (x[1] + x[3]);
+}
+
+template <int64_t kKeys, int64_t kR>
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE void bf16_dot_strip(const uint16_t* k, int64_t ldk, const uint16_t* q,
+                                                               int64_t ldq, float* s, int64_t lds, int64_t dp,
+                                                               float scale) {
+  __m512 acc[kKeys][kR];
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) acc[j][r] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < dp; d += 32) {
+    __m512i kv[kKeys];
+    for (int64_t j = 0; j < kKeys; ++j) kv[j] = _mm512_loadu_si512(k + j * ldk + d);
+    for (int64_t r = 0; r < kR; ++r) {
+      const __m512i qv = _mm512_loadu_si512(q + r * ldq + d);
+      for (int64_t j = 0; j < kKeys; ++j) acc[j][r] = _mm512_dpbf16_ps(acc[j][r], (__m512bh)kv[j], (__m512bh)qv);
+    }
+  }
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) s[r * lds + j] = scale * fold_zmm(acc[j][r]);
+}
+
+// bf16_dot_strip over keys [0, nk) and rows [0, nr), as dot_scores.
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_dot_tile(const uint16_t* k, int64_t ldk,
+                                                                         const uint16_t* q, int64_t ldq, float* s,
+                                                                         int64_t lds, int64_t nk, int64_t nr,
+                                                                         int64_t dp, float scale) {
+  int64_t j = 0;
+  for (; j + kDotKeys <= nk; j += kDotKeys) {
+    int64_t r = 0;
+    for (; r + kDotStripRows <= nr; r += kDotStripRows)
+      bf16_dot_strip<kDotKeys, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+    for (; r < nr; ++r) bf16_dot_strip<kDotKeys, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+  }
+  for (; j < nk; ++j) {
+    int64_t r = 0;
+    for (; r + kDotStripRows <= nr; r += kDotStripRows)
+      bf16_dot_strip<1, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+    for (; r < nr; ++r) bf16_dot_strip<1, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 // ---- one sequence ---------------------------------------------------------------
 
 // Where sequence b of the batch lives: its extent as core/seq_layout.h
@@ -676,8 +838,9 @@ struct Job {
 // One work item, in the scratch slice of `worker`, with a kRows-row register
 // tile: query rows [i0, i0 + nr) of (batch b, query head h), or, packed, the
 // G * Nq rows of (batch b, kv head hk) over the keys of one split.
-template <int64_t kRows>
+template <CpuIsa kIsa>
 FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
+  constexpr int64_t kRows = kIsa >= CpuIsa::kAvx512 ? kRowsAvx512 : kRowsOther;
   const Problem& p = *job.p;
   const ScratchLayout& L = job.layout;
   const fmha_dtype dt = p.dtype;      // q
@@ -735,6 +898,23 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const bool dot = packed && nr <= kDotRows;
   const int64_t KT = dot ? kDotTileKeys : L.keys;  // keys per streamed tile
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
+  // BF16 scores with vdpbf16ps (avx512bf16 path, unpacked blocks): Q and
+  // the K tiles stay raw BF16 (see bf16_score_tile); V still converts to FP32.
+#if FMHA_CPU_X86_VARIANTS
+  constexpr bool kBf16Dot = kIsa == CpuIsa::kAvx512Bf16;
+#else
+  constexpr bool kBf16Dot = false;
+#endif
+  // Q and K both BF16 (fmha.h 0.3 allows FP8 K/V beside a BF16 q: those
+  // take the FP32 path).
+  const bool bf16_qk = dt == FMHA_DTYPE_BF16 && p.kv_dtype == FMHA_DTYPE_BF16;
+  const bool bf16_scores = kBf16Dot && bf16_qk && !dot;
+  // Likewise for packed dot-product blocks (bf16_dot_tile): Q rows and K
+  // tile rows raw BF16, DP elements apart, zero past head_dim.
+  const bool bf16_dots = kBf16Dot && bf16_qk && dot;
+  const bool bf16_raw = bf16_scores || bf16_dots;
+  const int64_t pairs = (D + 1) / 2;  // BF16 element pairs of a row
+  const int64_t k_raw_ld = bf16_dots ? DP : 2 * pairs;  // BF16 elements between raw K rows
 
   char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
   float* qt = at_offset<float>(base, L.qt);
@@ -775,19 +955,41 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // Q^T scaled: qt[d][r] = scale * q[row r][d]; padding rows are 0. Each
   // row is converted (vectorized) into o's first row, then transposed. For
   // dot products Q stays row-major instead: qt[r][d], zero for d >= D.
+  // The descales of this block's KV group (one factor per batch entry and
+  // kv head; fmha.h 0.3) fold into the scale: the logits are scale *
+  // q_descale * k_descale * (q . k).
+  const int64_t g = b * p.heads_kv + hk;
+  const float qk_scale = p.scale * (p.q_descale != nullptr ? p.q_descale[g] : 1.f) *
+                         (p.k_descale != nullptr ? p.k_descale[g] : 1.f);
   {
     const Operand& q = p.q;
     const char* q_data = static_cast<const char*>(q.data);
-    // The descales of this block's KV group (one factor per batch entry
-    // and kv head; fmha.h 0.3) fold into the scale: the logits are
-    // scale * q_descale * k_descale * (q . k).
-    const int64_t g = b * p.heads_kv + hk;
-    const float scale = p.scale * (p.q_descale != nullptr ? p.q_descale[g] : 1.f) *
-                        (p.k_descale != nullptr ? p.k_descale[g] : 1.f);
-    for (int64_t r = 0; r < np; ++r) {
+    const float scale = qk_scale;
+    if (bf16_scores) {
+      // qp[pair][row][2], unscaled; zero past head_dim and for padding rows.
+      uint16_t* qp = reinterpret_cast<uint16_t*>(qt);
+      for (int64_t r = 0; r < np; ++r) {
+        if (r < nr) {
+          const uint16_t* qr = reinterpret_cast<const uint16_t*>(q_data) + sq.row_at(q, h_of(r), i_of(r));
+          for (int64_t d = 0; d < D; ++d) qp[(d >> 1) * 2 * BR + 2 * r + (d & 1)] = qr[d * q.stride[3]];
+          if (D & 1) qp[(pairs - 1) * 2 * BR + 2 * r + 1] = 0;
+        } else {
+          for (int64_t x = 0; x < pairs; ++x) qp[x * 2 * BR + 2 * r] = qp[x * 2 * BR + 2 * r + 1] = 0;
+        }
+      }
+    } else if (bf16_dots) {
+      // qr[row][DP], unscaled, zero past head_dim.
+      uint16_t* qr = reinterpret_cast<uint16_t*>(qt);
+      for (int64_t r = 0; r < nr; ++r) {
+        const uint16_t* src = reinterpret_cast<const uint16_t*>(q_data) + sq.row_at(q, h_of(r), i_of(r));
+        for (int64_t d = 0; d < D; ++d) qr[r * DP + d] = src[d * q.stride[3]];
+        for (int64_t d = D; d < DP; ++d) qr[r * DP + d] = 0;
+      }
+    }
+    for (int64_t r = 0; r < np && !bf16_raw; ++r) {
       if (r < nr) {
         const int64_t at = sq.row_at(q, h_of(r), i_of(r));
-        load_row(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
+        load_row<kIsa>(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
         if (dot) {
           for (int64_t d = 0; d < D; ++d) qt[r * DP + d] = scale * o[d];
           for (int64_t d = D; d < DP; ++d) qt[r * DP + d] = 0.f;
@@ -812,7 +1014,10 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   if (DP > D)
     for (int64_t j = 0; j < L.keys; ++j) {
       std::memset(vt + j * DP + D, 0, (DP - D) * sizeof(float));
-      if (dot) std::memset(kt + j * DP + D, 0, (DP - D) * sizeof(float));
+      if (bf16_dots)
+        std::memset(reinterpret_cast<uint16_t*>(kt) + j * DP + D, 0, (DP - D) * sizeof(uint16_t));
+      else if (dot)
+        std::memset(kt + j * DP + D, 0, (DP - D) * sizeof(float));
     }
 
   const Operand& k = p.k;
@@ -856,8 +1061,18 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
       int64_t k_at, v_at;
       sq.key_at(hk, j0 + j, &k_at, &v_at);
-      load_row(static_cast<const char*>(k.data) + k_at * dtype_size(kvt), k.stride[3], D, kvt, kt + j * DP);
-      load_row(static_cast<const char*>(v.data) + v_at * dtype_size(kvt), v.stride[3], D, kvt, vt + j * DP);
+      if (bf16_raw) {  // the raw BF16 row, an odd head_dim padded to a whole pair
+        uint16_t* kr = reinterpret_cast<uint16_t*>(kt) + j * k_raw_ld;
+        const uint16_t* ks = static_cast<const uint16_t*>(k.data) + k_at;
+        if (k.stride[3] == 1)
+          std::memcpy(kr, ks, D * sizeof(uint16_t));
+        else
+          for (int64_t d = 0; d < D; ++d) kr[d] = ks[d * k.stride[3]];
+        if (D & 1) kr[D] = 0;
+      } else {
+        load_row<kIsa>(static_cast<const char*>(k.data) + k_at * dtype_size(kvt), k.stride[3], D, kvt, kt + j * DP);
+      }
+      load_row<kIsa>(static_cast<const char*>(v.data) + v_at * dtype_size(kvt), v.stride[3], D, kvt, vt + j * DP);
     }
 
     // A NaN or inf in V meets zero probabilities in the product below (0 *
@@ -875,11 +1090,23 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const bool edge = j0 < full_lo || j0 + bc > full_hi;
     if (dot) {
       // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
-      dot_scores(kt, DP, qt, DP, s, L.keys, bc, nr, DP);
+#if FMHA_CPU_X86_VARIANTS
+      if (bf16_dots)
+        bf16_dot_tile(reinterpret_cast<const uint16_t*>(kt), DP, reinterpret_cast<const uint16_t*>(qt), DP, s,
+                      L.keys, bc, nr, DP, qk_scale);
+      else
+#endif
+        dot_scores(kt, DP, qt, DP, s, L.keys, bc, nr, DP);
       softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
     } else {
       // S = K_tile . (scale Q)^T, keys x rows.
-      gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
+#if FMHA_CPU_X86_VARIANTS
+      if (bf16_scores)
+        bf16_score_tile(reinterpret_cast<const uint16_t*>(kt), 2 * pairs, reinterpret_cast<const uint16_t*>(qt), BR, s,
+                    BR, bc, np, pairs, qk_scale);
+      else
+#endif
+        gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
 
       // Softcap acts on the scaled logits, before the mask and the max, so
       // lse and the softmax both see the capped values.
@@ -981,8 +1208,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   for (int64_t r = 0; r < nr; ++r) {
     const float inv = l[r] > 0.f ? 1.f / l[r] : l[r] == 0.f ? 0.f : l[r];
     const int64_t at = sq.row_at(out, h_of(r), i_of(r));
-    store_row(o + r * DP, v_descale == 1.f ? inv : inv * v_descale, D, ot, o_data + at * dtype_size(ot),
-              out.stride[3]);
+    store_row<kIsa>(o + r * DP, v_descale == 1.f ? inv : inv * v_descale, D, ot, o_data + at * dtype_size(ot),
+                    out.stride[3]);
   }
   if (p.lse != nullptr)
     for (int64_t r = 0; r < nr; ++r)
@@ -1035,7 +1262,8 @@ void merge_splits(const Job& job, int64_t group) {
       merged[d] = static_cast<float>(l > 0 ? acc / l * v_descale : l == 0 ? 0.0 : l);
     }
     const int64_t h = h0 + r / nq, i = r % nq;
-    store_row(merged, 1.f, D, p.o_dtype, o_data + sq.row_at(out, h, i) * dtype_size(p.o_dtype), out.stride[3]);
+    store_row<CpuIsa::kBaseline>(merged, 1.f, D, p.o_dtype, o_data + sq.row_at(out, h, i) * dtype_size(p.o_dtype),
+                                 out.stride[3]);
     if (p.lse != nullptr)
       p.lse[sq.lse_at(h, i)] =
           static_cast<float>(l > 0 ? mx + std::log(l) : l == 0 ? -std::numeric_limits<double>::infinity() : l);
@@ -1046,29 +1274,34 @@ void merge_splits(const Job& job, int64_t group) {
 using BlockFn = void (*)(const Job&, int64_t, int);
 
 void run_block_baseline(const Job& job, int64_t item, int worker) {
-  run_block<kRowsOther>(job, item, worker);
+  run_block<CpuIsa::kBaseline>(job, item, worker);
 }
 
 #if FMHA_CPU_X86_VARIANTS
 FMHA_CPU_TARGET_AVX2 void run_block_avx2(const Job& job, int64_t item, int worker) {
-  run_block<kRowsOther>(job, item, worker);
+  run_block<CpuIsa::kAvx2>(job, item, worker);
 }
 
 FMHA_CPU_TARGET_AVX512 void run_block_avx512(const Job& job, int64_t item, int worker) {
-  run_block<kRowsAvx512>(job, item, worker);
+  run_block<CpuIsa::kAvx512>(job, item, worker);
+}
+
+FMHA_CPU_TARGET_AVX512BF16 void run_block_avx512bf16(const Job& job, int64_t item, int worker) {
+  run_block<CpuIsa::kAvx512Bf16>(job, item, worker);
 }
 #endif
 
+// The function of the path active_isa() chose (cpuid, then FMHA_CPU_ISA;
+// it never names a path this CPU or build lacks).
 BlockFn select_block_fn() {
+  switch (active_isa()) {
 #if FMHA_CPU_X86_VARIANTS
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-    return run_block_avx512;
-  if (avx2) return run_block_avx2;
+    case CpuIsa::kAvx512Bf16: return run_block_avx512bf16;
+    case CpuIsa::kAvx512: return run_block_avx512;
+    case CpuIsa::kAvx2: return run_block_avx2;
 #endif
-  return run_block_baseline;
+    default: return run_block_baseline;
+  }
 }
 
 // Threads that take part: no more than there are work items of the first
