@@ -13,28 +13,12 @@
 #include <vector>
 
 #include "common/numeric_types.h"
+#include "common/cpu_handle.h"
 #include "common/serving_case.h"
 
 namespace ft = fmha_test;
 
-namespace {
-
-class CpuHandle {
- public:
-  explicit CpuHandle(int threads = 0) {
-    REQUIRE(fmha_create(&handle_, FMHA_DEVICE_CPU, 0) == FMHA_SUCCESS);
-    if (threads > 0) REQUIRE(fmha_set_num_threads(handle_, threads) == FMHA_SUCCESS);
-  }
-  ~CpuHandle() { fmha_destroy(handle_); }
-  CpuHandle(const CpuHandle&) = delete;
-  CpuHandle& operator=(const CpuHandle&) = delete;
-  fmha_handle get() const { return handle_; }
-
- private:
-  fmha_handle handle_ = nullptr;
-};
-
-}  // namespace
+using fmha_test::CpuHandle;
 
 TEST_CASE("cpu_tiled over the inference-numerics matrix") {
   CpuHandle handle;

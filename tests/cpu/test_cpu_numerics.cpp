@@ -10,32 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "common/cpu_handle.h"
 #include "common/numerics.h"
 
 namespace ft = fmha_test;
 
 namespace {
 
+using fmha_test::CpuHandle;
+
 constexpr const char* kKernel = "cpu_tiled";
-
-// A CPU handle for one test; threads = 0 keeps the library's default (one
-// per hardware thread).
-class CpuHandle {
- public:
-  explicit CpuHandle(int threads = 0) {
-    REQUIRE(fmha_create(&handle_, FMHA_DEVICE_CPU, 0) == FMHA_SUCCESS);
-    if (threads > 0) set_threads(threads);
-  }
-  ~CpuHandle() { fmha_destroy(handle_); }
-  CpuHandle(const CpuHandle&) = delete;
-  CpuHandle& operator=(const CpuHandle&) = delete;
-
-  void set_threads(int n) { REQUIRE(fmha_set_num_threads(handle_, n) == FMHA_SUCCESS); }
-  fmha_handle get() const { return handle_; }
-
- private:
-  fmha_handle handle_ = nullptr;
-};
 
 // Runs one prepared case with `kernel` (null = automatic) and checks it.
 ft::CaseResult check_run(const CpuHandle& handle, const ft::PreparedCase& pc, const char* kernel,
