@@ -90,6 +90,17 @@ FwdParams make_fwd_params(const Problem& p, const FwdGrid& g, void* workspace) {
   }
   f.layout = p.layout;
   if (p.layout.paged()) f.page_div = FastDiv(p.layout.page_size);
+  f.dtype = p.dtype;
+  f.kv_dtype = p.kv_dtype;
+  f.o_dtype = p.o_dtype;
+  f.q_descale = p.q_descale;
+  f.k_descale = p.k_descale;
+  f.v_descale = p.v_descale;
+  f.bias = p.bias.data;
+  for (int d = 0; d < 4; ++d) f.bias_stride[d] = p.bias.stride[d];
+  f.bias_dtype = p.bias_dtype;
+  f.alibi_slopes = p.alibi_slopes;
+  f.alibi_stride = p.alibi_stride;
   f.num_m_tiles = static_cast<int>(g.m_tiles);
   f.num_splits = g.splits;
   if (g.splits > 1) {

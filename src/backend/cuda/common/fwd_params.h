@@ -62,6 +62,32 @@ struct FwdParams {
   // fwd_seq() below; the kernels read no metadata when !layout.any().
   SeqLayout layout;
   FastDiv page_div;      // layout.page_size, for paged K/V
+  // Inference numerics (fmha.h 0.3; Problem's fields, see core/problem.h).
+  // Kernels whose registry row does not declare the matching feature bit
+  // never see them set. Element dtypes: q is `dtype`, k and v `kv_dtype`, o
+  // `o_dtype` (fmha_dtype values).
+  int dtype, kv_dtype, o_dtype;
+  // [batch, heads_kv] FP32, null = 1. The logits are
+  // scale * q_descale * k_descale * (q.k) (fold them into the score factor of
+  // the (b, kv head) a unit reads); v_descale multiplies o (and the split
+  // partials' o, before the combine), never lse.
+  const float* q_descale;
+  const float* k_descale;
+  const float* v_descale;
+  // Additive bias, null = none: element (b, h, i, j) at
+  // bias + b*bias_stride[0] + h*bias_stride[1] + i*bias_stride[2] +
+  // j*bias_stride[3] (0 on broadcast dims), dtype bias_dtype (F16, BF16 or
+  // F32), may hold -inf. i and j are the sequence's local positions (ragged
+  // and paged batches included). Added in natural units to the scaled (and
+  // soft-capped) logit, before the mask band.
+  const void* bias;
+  int64_t bias_stride[4];
+  int bias_dtype;
+  // ALiBi, null = none: slope of (b, h) at alibi_slopes[b*alibi_stride + h];
+  // adds -slope * |d(i) - j| (d(i) = i + the sequence's diag_offset) to the
+  // same logit as the bias.
+  const float* alibi_slopes;
+  int64_t alibi_stride;
 };
 
 // Which operand layout a launch reads, for families that instantiate a
