@@ -120,6 +120,23 @@ def test_fp8_special_values_decode_exactly():
         check(q, k, v, out_dtype="float32", k_descale=np.full((1, 1), 1 / big, np.float32))
 
 
+@needs_ml_dtypes
+@pytest.mark.parametrize("kv_dtype,code", [("float8_e4m3fn", 10), ("float8_e5m2", 12)])
+def test_fp8_through_dlpack(kv_dtype, code):
+    # DLPack 1.1's kDLFloat8_e4m3fn / kDLFloat8_e5m2 (a ctypes producer).
+    try:
+        from test_forward_cpu import VersionedDLPack
+    except ImportError as e:  # that module needs pytest itself
+        pytest.skip(f"test_forward_cpu is not importable: {e}")
+    q, k, v = qkv(b=1, hq=2, hk=1, nq=5, nk=9, d=16, q_dtype="float16", kv_dtype=kv_dtype)
+    kd, vd = VersionedDLPack(k), VersionedDLPack(v)
+    for t in (kd, vd):
+        t.managed.dl_tensor.dtype.code = code
+    out = np.full(q.shape, np.nan, np.float32)
+    fmha.forward(VersionedDLPack(q), kd, vd, out=VersionedDLPack(out))
+    assert_close(out, attention(q, k, v)[0], np.float32)
+
+
 # ---- descales --------------------------------------------------------------------
 @pytest.mark.parametrize("which", ["q", "k", "v", "all"])
 @pytest.mark.parametrize("dtype", [n for n in ("float32", "float16") + tuple(FP8[:1])])
