@@ -113,6 +113,7 @@ _PYTHON_NAMES = [
     (re.compile(r"(?<![\w.])lse(?=[.=: ]|$)"), "out_lse"),
     (re.compile(r"\bwindow_left\b"), "window[0]"),
     (re.compile(r"\bwindow_right\b"), "window[1]"),
+    (re.compile(r"\balibi_slopes_stride\b"), "alibi_slopes.strides[0]"),
 ]
 
 

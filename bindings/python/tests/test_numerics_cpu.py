@@ -297,6 +297,10 @@ def test_error_alibi_shape():
             alibi_slopes=np.ones((1, 4), np.float32))
     _raises(fmha.DTypeError, r"alibi_slopes.dtype=float16", q, k, v,
             alibi_slopes=np.ones(4, np.float16))
+    # Rows closer than Hq apart: the library's check, in the Python name.
+    rows = np.lib.stride_tricks.as_strided(np.ones(8, np.float32), shape=(2, 4), strides=(8, 4))
+    _raises(fmha.InvalidArgumentError, r"alibi_slopes\.strides\[0\]=2 must be 0", q, k, v,
+            alibi_slopes=rows)
 
 
 def test_error_bias():
