@@ -259,6 +259,29 @@ def test_everything_at_once():
           scale=0.2)
 
 
+def test_ragged_batch_reads_descales_and_bias_per_sequence():
+    # Two sequences packed along the seq axis: descales are [num_seqs, Hk]
+    # and the bias [num_seqs, Hq, max_q, max_k], read at each sequence's own
+    # positions (fmha.h).
+    hq, hk, d = 4, 2, 16
+    lens_q, lens_k = [3, 6], [7, 5]
+    cu_q = np.array([0, 3, 9], np.int32)
+    cu_k = np.array([0, 7, 12], np.int32)
+    q, k, v = randn((1, hq, 9, d)), randn((1, hk, 12, d)), randn((1, hk, 12, d))
+    ks, vs = descales(2, hk), descales(2, hk)
+    bias = randn((2, hq, max(lens_q), max(lens_k)))
+    bias[1, :, :, 4] = -np.inf
+    out = np.full(q.shape, np.nan, np.float32)
+    fmha.forward(q, k, v, out=out, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                 k_descale=ks, v_descale=vs, bias=bias)
+    for b in range(2):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        ref, _ = attention(q[:, :, rows], k[:, :, keys], v[:, :, keys], causal=True,
+                           k_descale=ks[b:b + 1], v_descale=vs[b:b + 1],
+                           bias=bias[b:b + 1, :, :lens_q[b], :lens_k[b]])
+        assert_close(out[:, :, rows], ref, np.float32, what=f"sequence {b}")
+
+
 def test_explain_and_workspace_size_take_the_keywords():
     q, k, v = qkv()
     kw = dict(bias=randn((13, 21)), alibi_slopes=alibi(4), k_descale=descales(2, 2),
