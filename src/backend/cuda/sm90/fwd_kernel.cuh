@@ -84,8 +84,8 @@ struct SmemLayout {
 };
 
 // One work tile as both roles see it, with its sequence: the Problem's
-// extents for a dense batch, else the tile's own (core/seq_layout.h; the
-// family runs ragged and seqused_k layouts, not paged ones). The copy
+// extents for a dense batch, else the tile's own (core/seq_layout.h: ragged,
+// seqused_k and paged layouts; the producer pages K/V, load_kv below). The copy
 // engine addresses a sequence by its first row on the packed seq axis of a
 // batch-1 map (ragged) or by its batch coordinate (dense rows). kServing =
 // false compiles the dense batch alone (the Problem's extents, read from the
@@ -193,21 +193,44 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
     // K of tile t + 1 goes out before V of tile t: the consumers need them in
     // that order (S of t + 1 and P V of t are issued together), and V's
     // stage frees later than K's, so K never waits behind V.
+    // Key tile t of K or V into `dst`: one box per panel at the sequence's
+    // rows, or with a block table one box per page the tile spans (a page of
+    // at least kBlockN keys holds the whole tile; smaller pages, a multiple
+    // of 8 keys, land at their 1024-byte-aligned rows of the panel). Keys
+    // past the sequence end read its last page; the consumers mask them.
+    auto load_kv = [&](unsigned char* dst, const CUtensorMap* map, int t, uint64_t* bar) {
+      if constexpr (kServing) {
+        if (p.layout.paged()) {
+          const int ps = static_cast<int>(p.layout.page_size);
+          const int rows = min(ps, Cfg::kBlockN);
+          const int last = tw.len_k(p) - 1;  // >= 0: a visited tile has a key
+          for (int r0 = 0; r0 < Cfg::kBlockN; r0 += rows) {
+            const int j = min(t * Cfg::kBlockN + r0, last);
+            const uint32_t entry = p.page_div.div(static_cast<uint32_t>(j));
+            const PageSlot at = page_slot(p.layout, tw.w.b, j, entry);
+            const int slot = ps >= Cfg::kBlockN ? static_cast<int>(at.slot) : 0;
+#pragma unroll
+            for (int pn = 0; pn < Cfg::kPanels; ++pn)
+              tma_load_panel(dst + pn * Cfg::kBlockN * 128 + r0 * 128, map, 64 * pn, slot, hk,
+                             static_cast<int>(at.page), bar);
+          }
+          return;
+        }
+      }
+#pragma unroll
+      for (int pn = 0; pn < Cfg::kPanels; ++pn)
+        tma_load_panel(dst + pn * Cfg::kBlockN * 128, map, 64 * pn, tw.k_row() + t * Cfg::kBlockN, hk, tw.k_batch(),
+                       bar);
+    };
     auto load_k = [&](int t, const PipeState<Cfg::kStages>& at) {
       mbar_wait(sm.k_empty(at.stage), at.phase ^ 1u);
       mbar_arrive_expect_tx(sm.k_full(at.stage), Cfg::kKVBytes);
-#pragma unroll
-      for (int pn = 0; pn < Cfg::kPanels; ++pn)
-        tma_load_panel(sm.k(at.stage) + pn * Cfg::kBlockN * 128, &maps.k, 64 * pn, tw.k_row() + t * Cfg::kBlockN, hk,
-                       tw.k_batch(), sm.k_full(at.stage));
+      load_kv(sm.k(at.stage), &maps.k, t, sm.k_full(at.stage));
     };
     auto load_v = [&](int t, const PipeState<Cfg::kStages>& at) {
       mbar_wait(sm.v_empty(at.stage), at.phase ^ 1u);
       mbar_arrive_expect_tx(sm.v_full(at.stage), Cfg::kKVBytes);
-#pragma unroll
-      for (int pn = 0; pn < Cfg::kPanels; ++pn)
-        tma_load_panel(sm.v(at.stage) + pn * Cfg::kBlockN * 128, &maps.v, 64 * pn, tw.k_row() + t * Cfg::kBlockN, hk,
-                       tw.k_batch(), sm.v_full(at.stage));
+      load_kv(sm.v(at.stage), &maps.v, t, sm.v_full(at.stage));
     };
     if (tw.t_begin() < tw.t_end()) {
       load_k(tw.t_begin(), st);

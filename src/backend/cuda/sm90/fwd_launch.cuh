@@ -39,8 +39,11 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   p.q_dims(q_dims);
   p.kv_dims(kv_dims);
   fmha_status s = operand_map(p, p.q, q_dims, Cfg::kBlockM, &maps.q);
-  if (s == FMHA_SUCCESS) s = operand_map(p, p.k, kv_dims, Cfg::kBlockN, &maps.k);
-  if (s == FMHA_SUCCESS) s = operand_map(p, p.v, kv_dims, Cfg::kBlockN, &maps.v);
+  // A paged K/V is loaded a page at a time when pages are shorter than a key tile.
+  const int kv_box = p.layout.paged() && p.layout.page_size < Cfg::kBlockN ? static_cast<int>(p.layout.page_size)
+                                                                           : Cfg::kBlockN;
+  if (s == FMHA_SUCCESS) s = operand_map(p, p.k, kv_dims, kv_box, &maps.k);
+  if (s == FMHA_SUCCESS) s = operand_map(p, p.v, kv_dims, kv_box, &maps.v);
   if (s == FMHA_SUCCESS) s = operand_map(p, p.o, q_dims, 64, &maps.o);
   if (s != FMHA_SUCCESS) return s;
   const auto kernel = fwd_kernel<T, Cfg, kSoftcap, kServing>;

@@ -117,9 +117,16 @@ const char* sm90_supports(const Problem& p, const DeviceInfo& dev) {
   // A tensor map cannot describe an empty k/v; the other families write
   // O = 0, lse = -inf for such rows.
   if (p.seq_k == 0) return "no keys (Nk = 0): the copy engine cannot map an empty K/V";
-  // Serving layouts: the registry row declares ragged and seqused_k batches
-  // (whole tiles loaded at each sequence's first row), not block tables,
-  // which would need a copy per page.
+  // Serving layouts: ragged and seqused_k batches load whole key tiles at
+  // each sequence's first row; a block table loads a tile per page, so a
+  // page must be a whole number of 8-row swizzle atoms and tile a key tile
+  // or be tiled by it.
+  if (p.layout.paged()) {
+    const int64_t ps = p.layout.page_size, bn = make_plan(p, dev).block_n;
+    if (ps % 8 != 0 || (ps % bn != 0 && bn % ps != 0))
+      return "page_size must be a multiple of 8 that divides or is divided by the key tile (64 keys at head_dim "
+             "256, else 128; cuda_sm80_tc runs any page_size)";
+  }
   int64_t q_dims[4], kv_dims[4];
   p.q_dims(q_dims);
   p.kv_dims(kv_dims);
