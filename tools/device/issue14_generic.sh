@@ -15,6 +15,9 @@
 #   4. the whole test_gpu
 #   5. compute-sanitizer memcheck on the numerics cases (FMHA_TEST_QUICK=1)
 #   6. the generic kernels' registers / spills / local memory (cuobjdump)
+#   7. bench_cuda's seed suite on cuda_generic at N=4096 (F16 causal D128:
+#      docs/performance.md has 10.7 ms at B1 H32 before the run-time dtype
+#      switches; the same or less is the expectation)
 #
 # What it should show: every step rc=0, "[doctest] ... 0 failed" each time,
 # memcheck "ERROR SUMMARY: 0 errors", and in numerics.log the MESSAGE lines
@@ -46,9 +49,9 @@ step() {
 
 note "issue14_generic.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 step configure "$out/configure.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF \
+  -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF \
   -DCMAKE_CUDA_ARCHITECTURES=90-real || exit 1
-step build "$out/build.log" cmake --build "$bdir" -j16 --target fmha test_gpu || exit 1
+step build "$out/build.log" cmake --build "$bdir" -j16 --target fmha test_gpu bench_cuda || exit 1
 
 step numerics "$out/numerics.log" "$bdir/tests/test_gpu" -tc="inference numerics:*" -s || status=1
 step cuda-handle "$out/cuda_handle.log" "$bdir/tests/test_gpu" -tc="CUDA handle:*" || status=1
@@ -68,5 +71,8 @@ if [ -n "$lib" ]; then
   note "generic kernels: $(grep -c 'REG:' "$out/generic_resources.log") instances; $(grep -o 'REG:[0-9]*' "$out/generic_resources.log" | sort | uniq -c | tr '\n' ' ')"
   grep -o 'STACK:[0-9]* SHARED:[0-9]* LOCAL:[0-9]*' "$out/generic_resources.log" | sort | uniq -c | sed 's/^/    /' | tee -a "$summary"
 fi
+step bench "$out/bench.log" "$bdir/tests/perf/bench_cuda" --suite seed --kernels cuda_generic --n 4096 --no-check ||
+  status=1
+grep -E "cuda_generic" "$out/bench.log" | tail -4 | sed 's/^/    /' | tee -a "$summary"
 note "status $status"
 exit $status

@@ -69,12 +69,13 @@ __device__ __forceinline__ KeyRange row_keys(const FwdParams& p, const FwdSeq& s
   return r;
 }
 
-// Element loads of one operand. The typed load reads T; the decoding one
-// any fmha dtype (load_as_float's switch on a grid-uniform dtype).
+// Element loads of one operand. The typed load reads T through the
+// read-only path (the inputs do not change during the kernel); the decoding
+// one any fmha dtype (load_as_float's switch on a grid-uniform dtype).
 template <typename T>
 struct TypedLoad {
   const T* base;
-  __device__ __forceinline__ float operator()(int64_t idx) const { return to_float(base[idx]); }
+  __device__ __forceinline__ float operator()(int64_t idx) const { return to_float(__ldg(base + idx)); }
 };
 struct DecodingLoad {
   const void* base;
@@ -240,7 +241,6 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
     const int64_t kbase = seq.k_offset + hk * p.k_stride[1];
     const int64_t vbase = seq.v_offset + hk * p.v_stride[1];
 
-
     for (int64_t t = kt.t_begin; t < kt.t_end; ++t) {
       const int64_t k0 = t * kBlockN;
       // Stage the K/V tile (and publish Q on the first pass).
@@ -291,9 +291,9 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
       }
 
       // Online softmax, per row: softcap, the bias and ALiBi term of the
-      // visible keys (only they are read: a key past Nk(b) may lie past
-      // the bias), then the mask (before the tile max), then m_new = max(m_old, tile max), alpha = exp(m_old - m_new),
-      // p = exp(s - m_new), l = alpha l + sum p, o = alpha o (+ P V below).
+      // visible keys (only they are read: a key past Nk(b) may lie past the
+      // bias), then the mask (before the tile max), then m_new = max(m_old,
+      // tile max), alpha = exp(m_old - m_new), p = exp(s - m_new), l = alpha l + sum p, o = alpha o (+ P V below).
       // A row that has seen no key keeps m = -inf; it uses 0 in place of
       // m_new so that no -inf - -inf (NaN) arises, and its p and alpha are 0.
       float* pw = p_s + warp * kRows * kBlockN;
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
       if (i >= seq.len_q) continue;
       if (p.num_splits == 1) {
         const float inv = l_row == 0.f ? 0.f : 1.f / l_row;  // NaN l stays NaN (fmha.h)
-        const float factor = v_factor == 1.f ? inv : inv * v_factor;
+        const float factor = inv * v_factor;
         const int64_t orow = seq.o_offset + h * p.o_stride[1] + i * p.o_stride[2];
 #pragma unroll
         for (int c = 0; c < kC; ++c) {
