@@ -149,12 +149,16 @@ TEST_CASE("CUDA handle: each inference-numerics feature runs or is UNSUPPORTED p
     for (const std::string& name : kernels) {
       CAPTURE(name);
       // A kernel lacking the feature names it, unless an earlier limit
-      // (its compute capability) passed it over first; one with it is never
+      // (its compute capability) passed it over first, or a kernel of lower
+      // rank was chosen before the walk reached it; one with it is never
       // passed over for it.
       const char* why = missing_reason(name, feat);
       const size_t at = text.find("passed over " + name + ": ");
       if (why != nullptr) {
-        CHECK_MESSAGE(at != std::string::npos, text);
+        if (at == std::string::npos) {
+          CHECK_MESSAGE(some_kernel_runs, text);
+          continue;
+        }
         const std::string line = text.substr(at, text.find('\n', at) - at);
         CHECK_MESSAGE(names_limit(line, why), text);
       } else {
