@@ -19,6 +19,12 @@
 #      docs/performance.md has 10.7 ms at B1 H32 before the run-time dtype
 #      switches; the same or less is the expectation)
 #
+# Steps may be named to run a part (the build directory persists between
+# runs on the device machine), e.g. within a 10-minute limit per command:
+#   tools/device/issue14_generic.sh build numerics handle
+#   tools/device/issue14_generic.sh test_gpu memcheck resources bench
+# (no argument: all of them, in the order above).
+#
 # What it should show: every step rc=0, "[doctest] ... 0 failed" each time,
 # memcheck "ERROR SUMMARY: 0 errors", and in numerics.log the MESSAGE lines
 # "numerics matrix: N cases, M fully masked rows on cuda_generic; ...
@@ -47,16 +53,23 @@ step() {
   return $rc
 }
 
-note "issue14_generic.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
-step configure "$out/configure.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF \
-  -DCMAKE_CUDA_ARCHITECTURES=90-real || exit 1
-step build "$out/build.log" cmake --build "$bdir" -j16 --target fmha test_gpu bench_cuda || exit 1
+steps=" ${*:-build numerics handle test_gpu memcheck resources bench} "
+want() { [[ "$steps" == *" $1 "* ]]; }
 
-step numerics "$out/numerics.log" "$bdir/tests/test_gpu" -tc="inference numerics:*" -s || status=1
-step cuda-handle "$out/cuda_handle.log" "$bdir/tests/test_gpu" -tc="CUDA handle:*" || status=1
-step test_gpu "$out/test_gpu.log" "$bdir/tests/test_gpu" || status=1
-if command -v compute-sanitizer >/dev/null 2>&1; then
+note "issue14_generic.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), steps:$steps"
+if want build; then
+  step configure "$out/configure.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90-real || exit 1
+  step build "$out/build.log" cmake --build "$bdir" -j16 --target fmha test_gpu bench_cuda || exit 1
+fi
+
+want numerics && { step numerics "$out/numerics.log" "$bdir/tests/test_gpu" -tc="inference numerics:*" -s || status=1; }
+want handle && { step cuda-handle "$out/cuda_handle.log" "$bdir/tests/test_gpu" -tc="CUDA handle:*" || status=1; }
+want test_gpu && { step test_gpu "$out/test_gpu.log" "$bdir/tests/test_gpu" || status=1; }
+if ! want memcheck; then
+  :
+elif command -v compute-sanitizer >/dev/null 2>&1; then
   step memcheck "$out/memcheck.log" env FMHA_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$bdir/tests/test_gpu" -tc="inference numerics:*,CUDA handle: each inference-numerics*" || status=1
 else
@@ -66,13 +79,15 @@ fi
 # Registers, spills and local memory of the generic kernels (F16, BF16, F32
 # instances): the run-time dtype switches must not push them into spills.
 lib=$(find "$bdir" -name 'libfmha.so*' -type f | head -1)
-if [ -n "$lib" ]; then
+if want resources && [ -n "$lib" ]; then
   cuobjdump --dump-resource-usage "$lib" 2>/dev/null | grep -A1 generic_attention_kernel >"$out/generic_resources.log"
   note "generic kernels: $(grep -c 'REG:' "$out/generic_resources.log") instances; $(grep -o 'REG:[0-9]*' "$out/generic_resources.log" | sort | uniq -c | tr '\n' ' ')"
   grep -o 'STACK:[0-9]* SHARED:[0-9]* LOCAL:[0-9]*' "$out/generic_resources.log" | sort | uniq -c | sed 's/^/    /' | tee -a "$summary"
 fi
-step bench "$out/bench.log" "$bdir/tests/perf/bench_cuda" --suite seed --kernels cuda_generic --n 4096 --no-check ||
-  status=1
-grep -E "cuda_generic" "$out/bench.log" | tail -4 | sed 's/^/    /' | tee -a "$summary"
+if want bench; then
+  step bench "$out/bench.log" "$bdir/tests/perf/bench_cuda" --suite seed --kernels cuda_generic --n 4096 --no-check ||
+    status=1
+  grep -E "cuda_generic" "$out/bench.log" | tail -4 | sed 's/^/    /' | tee -a "$summary"
+fi
 note "status $status"
 exit $status
