@@ -64,7 +64,7 @@ if want build; then
   step build "$out/build.log" cmake --build "$bdir" -j16 --target fmha test_gpu bench_cuda || exit 1
 fi
 
-want numerics && { step numerics "$out/numerics.log" "$bdir/tests/test_gpu" -tc="inference numerics:*" -s || status=1; }
+want numerics && { step numerics "$out/numerics.log" "$bdir/tests/test_gpu" -tc="inference numerics:*" || status=1; }
 want handle && { step cuda-handle "$out/cuda_handle.log" "$bdir/tests/test_gpu" -tc="CUDA handle:*" || status=1; }
 want test_gpu && { step test_gpu "$out/test_gpu.log" "$bdir/tests/test_gpu" || status=1; }
 if ! want memcheck; then
