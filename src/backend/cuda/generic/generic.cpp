@@ -66,6 +66,8 @@ fmha_status generic_forward(const Problem& p, const LaunchContext& ctx) {
     return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "cuda_generic needs %zu workspace bytes, got %zu",
                 plan.workspace, ctx.workspace_bytes);
 
+  if (p.o_dtype != FMHA_DTYPE_F16 && p.o_dtype != FMHA_DTYPE_BF16 && p.o_dtype != FMHA_DTYPE_F32)
+    return fail(FMHA_ERROR_UNSUPPORTED, "cuda_generic: o dtype %s", dtype_name(p.o_dtype));
   if (plan.grid.blocks() == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   const FwdParams prm = make_fwd_params(p, plan.grid, ctx.workspace);
   // The instance is q's dtype; an FP8 q (all-FP8 problems) runs on the F16
@@ -86,7 +88,7 @@ fmha_status generic_forward(const Problem& p, const LaunchContext& ctx) {
     case FMHA_DTYPE_F16: return launch_split_combine<__half>(fwd_combine_params(prm), stream);
     case FMHA_DTYPE_BF16: return launch_split_combine<__nv_bfloat16>(fwd_combine_params(prm), stream);
     case FMHA_DTYPE_F32: return launch_split_combine<float>(fwd_combine_params(prm), stream);
-    default: return fail(FMHA_ERROR_UNSUPPORTED, "cuda_generic: o dtype %d", static_cast<int>(p.o_dtype));
+    default: return fail(FMHA_ERROR_INTERNAL, "cuda_generic: o dtype %s", dtype_name(p.o_dtype));
   }
 }
 
