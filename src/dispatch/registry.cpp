@@ -37,7 +37,8 @@ static_assert(FMHA_SM80_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
 const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
     {"cuda_sm90_ws", "Hopper family: wgmma + TMA, warp-specialized producer and consumer warpgroups (sm_90a)",
-     FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}}, kFeatureDense, 16, 5,
+     FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}},
+     kFeatureDense | kFeatureRagged | kFeatureSeqUsedK, 16, 5,
      cuda::sm90_supports, cuda::sm90_workspace_bytes, cuda::sm90_forward, cuda::sm90_declines},
     {"cuda_sm80_tc",
      "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping; ragged, seqused_k and "
