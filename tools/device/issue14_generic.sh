@@ -12,7 +12,11 @@
 #   3. test_gpu's "CUDA handle:*" cases (test_gpu_numerics_api.cpp among
 #      them: cuda_generic runs each feature, cuda_sm80_tc / cuda_sm90_ws
 #      answer UNSUPPORTED and explain names the feature)
-#   4. the whole test_gpu
+#   4. the fuzz corpus on a CUDA handle (tests/fuzz/corpus through
+#      fuzz_replay_cuda: its 0.3 inputs, FP8/mixed dtypes, descales, bias,
+#      ALiBi, now run on cuda_generic and are checked against the float64
+#      reference; "numerics" and "fp8" forwards are counted in its last line)
+#   4b. the whole test_gpu
 #   5. compute-sanitizer memcheck on the numerics cases (FMHA_TEST_QUICK=1)
 #   6. the generic kernels' registers / spills / local memory (cuobjdump)
 #   7. bench_cuda's seed suite on cuda_generic at N=4096 (F16 causal D128:
@@ -21,7 +25,7 @@
 #
 # Steps may be named to run a part (the build directory persists between
 # runs on the device machine), e.g. within a 10-minute limit per command:
-#   tools/device/issue14_generic.sh build numerics handle
+#   tools/device/issue14_generic.sh build numerics handle fuzz
 #   tools/device/issue14_generic.sh test_gpu memcheck resources bench
 # (no argument: all of them, in the order above).
 #
@@ -53,7 +57,7 @@ step() {
   return $rc
 }
 
-steps=" ${*:-build numerics handle test_gpu memcheck resources bench} "
+steps=" ${*:-build numerics handle fuzz test_gpu memcheck resources bench} "
 want() { [[ "$steps" == *" $1 "* ]]; }
 
 note "issue14_generic.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?'), steps:$steps"
@@ -61,11 +65,15 @@ if want build; then
   step configure "$out/configure.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90-real || exit 1
-  step build "$out/build.log" cmake --build "$bdir" -j16 --target fmha test_gpu bench_cuda || exit 1
+  step build "$out/build.log" cmake --build "$bdir" -j16 --target fmha test_gpu bench_cuda fuzz_replay_cuda || exit 1
 fi
 
 want numerics && { step numerics "$out/numerics.log" "$bdir/tests/test_gpu" -tc="inference numerics:*" || status=1; }
 want handle && { step cuda-handle "$out/cuda_handle.log" "$bdir/tests/test_gpu" -tc="CUDA handle:*" || status=1; }
+if want fuzz; then
+  step fuzz "$out/fuzz.log" "$bdir/tests/fuzz/fuzz_replay_cuda" "$root/tests/fuzz/corpus" || status=1
+  tail -3 "$out/fuzz.log" | sed 's/^/    /' | tee -a "$summary"
+fi
 want test_gpu && { step test_gpu "$out/test_gpu.log" "$bdir/tests/test_gpu" || status=1; }
 if ! want memcheck; then
   :
