@@ -1,12 +1,22 @@
 // ScoreMask: the element-wise score transform of the tensor-core families,
-// softcap and the mask band, on register fragments in the m16n8 accumulator
-// layout (see common/softmax.cuh): in slice ms, element e of n8 tile nt of
-// lane l is row (l / 4) + 8 * (e / 2), column 8 * nt + 2 * (l % 4) + e % 2.
+// softcap, the additive bias and ALiBi, and the mask band, on register
+// fragments in the m16n8 accumulator layout (see common/softmax.cuh): in
+// slice ms, element e of n8 tile nt of lane l is row (l / 4) + 8 * (e / 2),
+// column 8 * nt + 2 * (l % 4) + e % 2.
 #pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/tile_scheduler.h"
 #include "core/mask.h"
+#include "fmha/fmha.h"
 
 namespace fmha::cuda {
 
@@ -30,6 +40,96 @@ struct ScoreMask {
           const float t = 1.f - __fdividef(2.f, fast_exp2(2.f * kLog2e * x) + 1.f);
           s[ms][nt][e] = cap_out * t;
         }
+  }
+
+  // Bias and ALiBi (FwdParams::bias, alibi_slopes; numerics.cuh's
+  // bias_alibi, element by element): s -> s * factor + bias[b, h, i, j] -
+  // slope(b, h) * |d(i) - j|. `factor` turns the tile's scores into the
+  // scaled (and soft-capped) logits in natural units: the scale (times the
+  // q/k descales) on raw scores, 1 after softcap(). The caller's softmax then
+  // runs with c = log2(e) on every tile of the work tile, and the caller runs
+  // this on EVERY key tile (not only the masked ones), before apply(), when
+  // has_bias_or_alibi(p). Rows are unit rows as in apply() (row0, lane), of
+  // work tile w (its head slot and sequence b); `rows`, seq_k and diag are
+  // the sequence's (FwdSeq). Elements of rows at or past `rows` or keys at
+  // or past seq_k are never read (they lie past the bias tensor): they get
+  // no bias, apply() hides such keys and such rows are never stored.
+  __device__ __forceinline__ static void add_bias(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
+                                                  int seq_k, int64_t diag, float factor, int row0, int n0,
+                                                  int lane) {
+    // One branch per tile (uniform), so each element loop knows its load.
+    switch (p.bias == nullptr ? 0 : p.bias_dtype) {
+      case FMHA_DTYPE_F16: return add_bias_as<__half>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+      case FMHA_DTYPE_BF16: return add_bias_as<__nv_bfloat16>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+      case FMHA_DTYPE_F32: return add_bias_as<float>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+      default: return add_bias_as<void>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);  // ALiBi alone
+    }
+  }
+
+  // Two neighbouring bias elements (key stride 1, the pair's address
+  // aligned to twice the element size) as floats.
+  template <class B>
+  __device__ __forceinline__ static float2 load_pair(const B* ptr) {
+    if constexpr (std::is_same<B, __half>::value) return __half22float2(*reinterpret_cast<const __half2*>(ptr));
+    else if constexpr (std::is_same<B, __nv_bfloat16>::value)
+      return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ptr));
+    else return *reinterpret_cast<const float2*>(ptr);
+  }
+  template <class B>
+  __device__ __forceinline__ static float load_one(const B* ptr) {
+    if constexpr (std::is_same<B, __half>::value) return __half2float(*ptr);
+    else if constexpr (std::is_same<B, __nv_bfloat16>::value) return __bfloat162float(*ptr);
+    else return *ptr;
+  }
+
+  // add_bias with bias elements of type B (void: no bias tensor, ALiBi only).
+  template <class B>
+  __device__ __forceinline__ static void add_bias_as(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
+                                                     int seq_k, int64_t diag, float factor, int row0, int n0,
+                                                     int lane) {
+    constexpr bool kTensor = !std::is_void<B>::value;
+    const int j_lane = n0 + 2 * (lane & 3);  // the lane's first key; even, as n0 is a multiple of 8
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + ms * 16 + (lane >> 2) + 8 * hh;
+        int64_t h;
+        int i;
+        w.locate(p, r, &h, &i);
+        // ALiBi: slope 0 when absent, so the term vanishes (|d - j| is finite).
+        const float slope = p.alibi_slopes != nullptr ? p.alibi_slopes[w.b * p.alibi_stride + h] : 0.f;
+        const int64_t d = i + diag;
+        const B* brow = nullptr;
+        bool pairs = false;
+        if constexpr (kTensor) {
+          if (r < rows)
+            brow = static_cast<const B*>(p.bias) + w.b * p.bias_stride[0] + h * p.bias_stride[1] +
+                   static_cast<int64_t>(i) * p.bias_stride[2];
+          pairs = p.bias_stride[3] == 1 &&
+                  reinterpret_cast<uintptr_t>(brow + j_lane) % (2 * sizeof(B)) == 0;
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          const int j = j_lane + nt * 8;
+          float2 x = make_float2(0.f, 0.f);
+          if constexpr (kTensor) {
+            if (brow != nullptr) {
+              if (pairs && j + 1 < seq_k) {
+                x = load_pair(brow + j);
+              } else {
+                if (j < seq_k) x.x = load_one(brow + static_cast<int64_t>(j) * p.bias_stride[3]);
+                if (j + 1 < seq_k) x.y = load_one(brow + static_cast<int64_t>(j + 1) * p.bias_stride[3]);
+              }
+            }
+          }
+          const int64_t d0 = d - j, d1 = d0 - 1;
+          x.x -= slope * static_cast<float>(d0 < 0 ? -d0 : d0);
+          x.y -= slope * static_cast<float>(d1 < 0 ? -d1 : d1);
+          s[ms][nt][2 * hh] = fmaf(s[ms][nt][2 * hh], factor, x.x);
+          s[ms][nt][2 * hh + 1] = fmaf(s[ms][nt][2 * hh + 1], factor, x.y);
+        }
+      }
   }
 
   // Keys outside row i's visible range [lo(i), hi(i)) (core/mask.h) -> -inf.

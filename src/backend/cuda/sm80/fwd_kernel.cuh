@@ -12,7 +12,8 @@
 //                  gathered through the block table, one read per page
 //                  run of a tile (or per row for other page sizes)
 //   WarpQK         S = Q K^T for the warp's rows: ldmatrix + mma.sync
-//   ScoreMask      softcap and the element-wise mask of boundary tiles
+//   ScoreMask      softcap, bias + ALiBi (every tile, when the problem
+//                  has them) and the element-wise mask of boundary tiles
 //                  (common/score_mask.cuh)
 //   OnlineSoftmax  the running max / sum and the rescale of O, in FP32
 //                  (common/softmax.cuh)
@@ -37,6 +38,7 @@
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/epilogue.cuh"
 #include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/score_mask.cuh"
 #include "backend/cuda/common/softmax.cuh"
 #include "backend/cuda/common/swizzle.cuh"
@@ -471,12 +473,13 @@ template <class T, class Cfg>
 struct Epilogue {
   using Softmax = OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles>;
 
+  // c: the softmax's units (score_log2, or log2(e) under a bias).
   template <bool kServing>
   __device__ static void run(const FwdParams& p, const BlockWork<Cfg, kServing>& w,
-                             float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm,
+                             float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm, float c,
                              unsigned char* smem, int warp, int lane, int tid) {
     const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);  // the lane's first tile row
-    const float lse_scale = p.score_log2 * kLn2;  // raw-score units of m -> natural units
+    const float lse_scale = c * kLn2;  // units of m -> natural units
 
     if (p.num_splits > 1) {
       store_split_partials<Cfg::kMSlices, Cfg::kDTiles, Cfg::kHeadDim>(p, w, w.m0 + row_local0, o, sm.m, sm.l,
@@ -597,6 +600,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       for (int e = 0; e < 4; ++e) o[ms][dt][e] = 0.f;
   OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles> sm;
   sm.init();
+  // Bias / ALiBi (a run-time uniform branch: the plain path is unchanged):
+  // they are natural-unit terms of the scaled logit, so every tile's scores
+  // are scaled first (factor) and the softmax runs in units of log2(e).
+  const bool biased = has_bias_or_alibi(p);
+  const float c = biased ? kLog2e : p.score_log2;
+  const float bias_factor = kSoftcap ? 1.f : p.scale;
 
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
@@ -621,12 +630,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
     const int n0 = t * Cfg::kBlockN;
     const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
+    if (biased)
+      ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), bias_factor,
+                                                       row0, n0, lane);
     if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
-    sm.update(s, o, p.score_log2);
+    sm.update(s, o, c);
 
     cp_async_wait<2>();  // V[t] landed (this thread's part)
-    // The barrier doubles as the vote of NonFiniteV: only edge tiles look.
-    const bool guard = __syncthreads_or(kGuardNonFiniteV && edge &&
+    // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
+    // and every tile under a bias tensor (its -inf entries hide keys from
+    // some rows only).
+    const bool guard = __syncthreads_or(kGuardNonFiniteV && (edge || p.bias != nullptr) &&
                                         NonFiniteV<T>::template in_own_chunks<Cfg, Cfg::kBlockN>(
                                             smem + (sV + stage - sQ), tid)) != 0;
     if (kGuardNonFiniteV && guard)
@@ -636,7 +650,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   }
   cp_async_wait<0>();
   sm.finish();
-  Epilogue<T, Cfg>::run(p, w, o, sm, smem, warp, lane, tid);
+  Epilogue<T, Cfg>::run(p, w, o, sm, c, smem, warp, lane, tid);
 }
 
 }  // namespace fmha::cuda::sm80

@@ -4,9 +4,11 @@
 //                       once, then K and V tiles into a ring of kStages
 //                       stages, each guarded by a full and an empty mbarrier
 //   consumer warpgroups each owns 64 query rows: S = Q K^T by wgmma from
-//                       shared memory, softcap / mask / online softmax in
-//                       registers (common/), P converted in registers and
-//                       O += P V by wgmma with A from registers
+//                       shared memory, softcap / bias + ALiBi / mask /
+//                       online softmax in registers (common/), P converted
+//                       in registers and O += P V by wgmma with A from
+//                       registers; q/k descales scale the logits, v_descale
+//                       O
 //   epilogue            O / l staged in shared memory and written by the
 //                       copy engine (rows past the sequence are clipped),
 //                       lse from registers; or the split-KV partials for the
@@ -34,6 +36,7 @@
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/epilogue.cuh"
 #include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/score_mask.cuh"
 #include "backend/cuda/common/softmax.cuh"
 #include "backend/cuda/common/tile_scheduler.h"
@@ -360,11 +363,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
   };
-  // Whether P V of key tile t (in stage `ps`) must take pv_guarded.
+  // Whether P V of key tile t (in stage `ps`) must take pv_guarded. Under
+  // a bias tensor every tile may have a hidden key (a -inf entry).
   auto needs_guard = [&](const TileWork<Cfg>& tw, int t, const PipeState<Cfg::kStages>& ps) {
     if constexpr (!Cfg::kGuardNonFiniteV) return false;
     const int n0 = t * Cfg::kBlockN;
-    return !tw.kt.unmasked(n0, n0 + Cfg::kBlockN) && v_nonfinite(ps.stage, ps.phase);
+    return (p.bias != nullptr || !tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) && v_nonfinite(ps.stage, ps.phase);
   };
 
   // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the
@@ -394,13 +398,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int e = 0; e < 4; ++e) o[0][dt][e] = 0.f;
     Softmax softmax;
     softmax.init();
+    // The logit of raw score x is scale * qk * x (qk: the tile's q/k
+    // descales, 1 without), soft-capped. Without a bias or ALiBi that folds
+    // into the softmax's units c (or softcap's input); with them, the
+    // scores are first scaled to natural units (bias_factor) and get the
+    // natural-unit terms, and c = log2(e). Run-time uniform branches: the
+    // plain path is the same arithmetic as before.
+    const float qk = qk_descale(p, tw.w.b, tw.w.hk);
+    const bool biased = has_bias_or_alibi(p);
+    const float cap_in = p.softcap_in * qk;
+    const float c = biased ? kLog2e : kSoftcap ? p.score_log2 : p.score_log2 * qk;
+    const float bias_factor = kSoftcap ? 1.f : p.scale * qk;
     // Scores of key tile t -> probabilities (in s) and the O rescale factor.
     auto score = [&](int t) {
       fence_operands(s_flat);
-      if constexpr (kSoftcap) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
+      if constexpr (kSoftcap) ScoreMask<1, kNTiles>::softcap(s, cap_in, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
+      if (biased)
+        ScoreMask<1, kNTiles>::add_bias(s, p, tw.w, p.rows, p.seq_k, p.diag_offset, bias_factor, row0, n0, lane);
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
-      return softmax.step(s, p.score_log2, alpha);
+      return softmax.step(s, c, alpha);
     };
     // With a separate O buffer, Q is free after the tile's last Q K^T;
     // otherwise after the O store has read it (below).
@@ -477,7 +494,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     softmax.finish();
-    const float lse_scale = p.score_log2 * kLn2;
+    // v_descale multiplies O (and the split partials' o), never lse.
+    if (p.v_descale != nullptr) {
+      const float vd = descale_at(p.v_descale, p, tw.w.b, tw.w.hk);
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[0][dt][e] *= vd;
+    }
+    const float lse_scale = c * kLn2;
     const int lane_row = row0 + lane / 4;
     if (p.num_splits > 1) {
       store_split_partials<1, kDTiles, D>(p, tw.w, lane_row, o, softmax.m, softmax.l, lse_scale, lane);

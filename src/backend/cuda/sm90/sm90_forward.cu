@@ -134,6 +134,8 @@ const char* sm90_supports(const Problem& p, const DeviceInfo& dev) {
 
 const char* sm90_declines(const Problem& p, const DeviceInfo& dev) {
   (void)dev;
+  // cuda_sm80_tc's row does not declare descales: such problems stay here.
+  if (p.has_descale()) return nullptr;
   if (p.seq_q * p.group_size() <= kMaxPackedRowsForSm80)
     return "decode-like (seq_q x GQA group <= 128 rows): cuda_sm80_tc packs the group and is faster";
   return nullptr;
