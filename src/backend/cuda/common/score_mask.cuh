@@ -42,9 +42,9 @@ struct ScoreMask {
         }
   }
 
-  // Bias and ALiBi (FwdParams::bias, alibi_slopes; numerics.cuh's
-  // bias_alibi, element by element): s -> s * factor + bias[b, h, i, j] -
-  // slope(b, h) * |d(i) - j|. `factor` turns the tile's scores into the
+  // Bias and ALiBi (FwdParams::bias, alibi_slopes): the fragment form of
+  // numerics.cuh's bias_alibi, its loads hoisted per row and paired:
+  // s -> s * factor + bias[b, h, i, j] - slope(b, h) * |d(i) - j|. `factor` turns the tile's scores into the
   // scaled (and soft-capped) logits in natural units: the scale (times the
   // q/k descales) on raw scores, 1 after softcap(). The caller's softmax then
   // runs with c = log2(e) on every tile of the work tile, and the caller runs
@@ -57,33 +57,67 @@ struct ScoreMask {
   __device__ __forceinline__ static void add_bias(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
                                                   int seq_k, int64_t diag, float factor, int row0, int n0,
                                                   int lane) {
-    // One branch per tile (uniform), so each element loop knows its load.
+    // One uniform branch per tile, so each element loop knows its load
+    // and whether it has an ALiBi term.
+    if (p.alibi_slopes != nullptr) add_bias_by_dtype<true>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+    else add_bias_by_dtype<false>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+  }
+  template <bool kAlibi>
+  __device__ __forceinline__ static void add_bias_by_dtype(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
+                                                           int seq_k, int64_t diag, float factor, int row0, int n0,
+                                                           int lane) {
     switch (p.bias == nullptr ? 0 : p.bias_dtype) {
-      case FMHA_DTYPE_F16: return add_bias_as<__half>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
-      case FMHA_DTYPE_BF16: return add_bias_as<__nv_bfloat16>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
-      case FMHA_DTYPE_F32: return add_bias_as<float>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
-      default: return add_bias_as<void>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);  // ALiBi alone
+      case FMHA_DTYPE_F16:
+        return add_bias_as<__half, kAlibi>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+      case FMHA_DTYPE_BF16:
+        return add_bias_as<__nv_bfloat16, kAlibi>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+      case FMHA_DTYPE_F32:
+        return add_bias_as<float, kAlibi>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+      default:  // ALiBi alone
+        if constexpr (kAlibi) add_bias_as<void, true>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
     }
   }
 
-  // Two neighbouring bias elements (key stride 1, the pair's address
-  // aligned to twice the element size) as floats.
+  // Bias elements as loaded: a 16-bit pair packed in 32 bits (converted
+  // where it is added, so a tile's loads in flight hold one register per
+  // pair), or an F32 pair.
   template <class B>
-  __device__ __forceinline__ static float2 load_pair(const B* ptr) {
-    if constexpr (std::is_same<B, __half>::value) return __half22float2(*reinterpret_cast<const __half2*>(ptr));
-    else if constexpr (std::is_same<B, __nv_bfloat16>::value)
-      return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ptr));
-    else return *reinterpret_cast<const float2*>(ptr);
+  using Raw = typename std::conditional<sizeof(B) == 2, uint32_t, float2>::type;
+
+  // Elements j and j + 1 (key stride 1, the pair's address aligned to twice
+  // the element size).
+  template <class B>
+  __device__ __forceinline__ static Raw<B> load_pair(const B* ptr) {
+    if constexpr (sizeof(B) == 2) return __ldg(reinterpret_cast<const unsigned int*>(ptr));
+    else return __ldg(reinterpret_cast<const float2*>(ptr));
+  }
+  // The same one element at a time: any key stride, elements at or past
+  // seq_k read as 0 (+0 in every dtype).
+  template <class B>
+  __device__ __forceinline__ static Raw<B> load_each(const B* row, int64_t stride, int j, int seq_k) {
+    if constexpr (sizeof(B) == 2) {
+      const unsigned short* e = reinterpret_cast<const unsigned short*>(row);
+      const uint32_t lo = j < seq_k ? __ldg(e + static_cast<int64_t>(j) * stride) : 0u;
+      const uint32_t hi = j + 1 < seq_k ? __ldg(e + static_cast<int64_t>(j + 1) * stride) : 0u;
+      return lo | (hi << 16);
+    } else {
+      return make_float2(j < seq_k ? __ldg(row + static_cast<int64_t>(j) * stride) : 0.f,
+                         j + 1 < seq_k ? __ldg(row + static_cast<int64_t>(j + 1) * stride) : 0.f);
+    }
   }
   template <class B>
-  __device__ __forceinline__ static float load_one(const B* ptr) {
-    if constexpr (std::is_same<B, __half>::value) return __half2float(*ptr);
-    else if constexpr (std::is_same<B, __nv_bfloat16>::value) return __bfloat162float(*ptr);
-    else return *ptr;
+  __device__ __forceinline__ static float2 to_float2(Raw<B> x) {
+    if constexpr (std::is_same<B, __half>::value) return __half22float2(*reinterpret_cast<const __half2*>(&x));
+    else if constexpr (std::is_same<B, __nv_bfloat16>::value)
+      return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+    else return x;
   }
 
-  // add_bias with bias elements of type B (void: no bias tensor, ALiBi only).
-  template <class B>
+  // add_bias with bias elements of type B (void: no bias tensor, ALiBi
+  // only) and, with kAlibi, the ALiBi term. Per row, a straight run of pair
+  // loads when the whole tile lies inside the row (the common case), else
+  // element by element; then the adds.
+  template <class B, bool kAlibi>
   __device__ __forceinline__ static void add_bias_as(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
                                                      int seq_k, int64_t diag, float factor, int row0, int n0,
                                                      int lane) {
@@ -97,37 +131,43 @@ struct ScoreMask {
         int64_t h;
         int i;
         w.locate(p, r, &h, &i);
-        // ALiBi: slope 0 when absent, so the term vanishes (|d - j| is finite).
-        const float slope = p.alibi_slopes != nullptr ? p.alibi_slopes[w.b * p.alibi_stride + h] : 0.f;
-        const int64_t d = i + diag;
-        const B* brow = nullptr;
-        bool pairs = false;
+        float2 x[kNTiles];
         if constexpr (kTensor) {
-          if (r < rows)
-            brow = static_cast<const B*>(p.bias) + w.b * p.bias_stride[0] + h * p.bias_stride[1] +
-                   static_cast<int64_t>(i) * p.bias_stride[2];
-          pairs = p.bias_stride[3] == 1 &&
-                  reinterpret_cast<uintptr_t>(brow + j_lane) % (2 * sizeof(B)) == 0;
+          Raw<B> raw[kNTiles];
+          const B* brow = static_cast<const B*>(p.bias) + w.b * p.bias_stride[0] + h * p.bias_stride[1] +
+                          static_cast<int64_t>(i) * p.bias_stride[2];
+          if (r >= rows) {  // past the sequence: nothing to read
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) raw[nt] = Raw<B>{};
+          } else if (p.bias_stride[3] == 1 && n0 + kNTiles * 8 <= seq_k &&
+                     reinterpret_cast<uintptr_t>(brow + j_lane) % (2 * sizeof(B)) == 0) {
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) raw[nt] = load_pair(brow + j_lane + nt * 8);
+          } else {
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) raw[nt] = load_each(brow, p.bias_stride[3], j_lane + nt * 8, seq_k);
+          }
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) x[nt] = to_float2<B>(raw[nt]);
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) x[nt] = make_float2(0.f, 0.f);
+        }
+        if constexpr (kAlibi) {
+          const float slope = p.alibi_slopes[w.b * p.alibi_stride + h];
+          // d(i) - (the lane's first key), in float: exact below 2^24, and
+          // the elements' distances are it minus compile-time offsets.
+          const float dist0 = static_cast<float>(i + diag - j_lane);
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            x[nt].x -= slope * fabsf(dist0 - static_cast<float>(nt * 8));
+            x[nt].y -= slope * fabsf(dist0 - static_cast<float>(nt * 8 + 1));
+          }
         }
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
-          const int j = j_lane + nt * 8;
-          float2 x = make_float2(0.f, 0.f);
-          if constexpr (kTensor) {
-            if (brow != nullptr) {
-              if (pairs && j + 1 < seq_k) {
-                x = load_pair(brow + j);
-              } else {
-                if (j < seq_k) x.x = load_one(brow + static_cast<int64_t>(j) * p.bias_stride[3]);
-                if (j + 1 < seq_k) x.y = load_one(brow + static_cast<int64_t>(j + 1) * p.bias_stride[3]);
-              }
-            }
-          }
-          const int64_t d0 = d - j, d1 = d0 - 1;
-          x.x -= slope * static_cast<float>(d0 < 0 ? -d0 : d0);
-          x.y -= slope * static_cast<float>(d1 < 0 ? -d1 : d1);
-          s[ms][nt][2 * hh] = fmaf(s[ms][nt][2 * hh], factor, x.x);
-          s[ms][nt][2 * hh + 1] = fmaf(s[ms][nt][2 * hh + 1], factor, x.y);
+          s[ms][nt][2 * hh] = fmaf(s[ms][nt][2 * hh], factor, x[nt].x);
+          s[ms][nt][2 * hh + 1] = fmaf(s[ms][nt][2 * hh + 1], factor, x[nt].y);
         }
       }
   }

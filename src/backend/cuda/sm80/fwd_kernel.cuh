@@ -523,7 +523,11 @@ struct Epilogue {
 // their sequence; paged ones also gather K/V through the block table, in
 // an instantiation of their own (its loader's registers would otherwise
 // spill in the contiguous serving kernel).
-template <class T, class Cfg, bool kSoftcap, SeqMode kMode>
+// kScoreOps: the instantiation for problems that transform the scores
+// (softcap, bias, ALiBi; each under a run-time uniform branch). The other
+// runs none of them: the plain path carries no code for them, and the build
+// no extra instance (launch_fwd_mode picks one of the two).
+template <class T, class Cfg, bool kScoreOps, SeqMode kMode>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     fwd_kernel(const __grid_constant__ FwdParams p) {
   constexpr bool kServing = kMode != SeqMode::kDense;
@@ -600,12 +604,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       for (int e = 0; e < 4; ++e) o[ms][dt][e] = 0.f;
   OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles> sm;
   sm.init();
-  // Bias / ALiBi (a run-time uniform branch: the plain path is unchanged):
-  // they are natural-unit terms of the scaled logit, so every tile's scores
-  // are scaled first (factor) and the softmax runs in units of log2(e).
-  const bool biased = has_bias_or_alibi(p);
+  // Bias / ALiBi (kScoreOps only): they are natural-unit terms of the
+  // scaled logit, so every tile's scores are scaled first (bias_factor) and
+  // the softmax runs in units of log2(e).
+  const bool softcapped = kScoreOps && p.softcap_out != 0.f;
+  const bool biased = kScoreOps && has_bias_or_alibi(p);
   const float c = biased ? kLog2e : p.score_log2;
-  const float bias_factor = kSoftcap ? 1.f : p.scale;
+  const float bias_factor = softcapped ? 1.f : p.scale;
 
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
@@ -627,7 +632,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
     WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
 
-    if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
+    if (softcapped) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
     const int n0 = t * Cfg::kBlockN;
     const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
     if (biased)
@@ -640,7 +645,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
     // and every tile under a bias tensor (its -inf entries hide keys from
     // some rows only).
-    const bool guard = __syncthreads_or(kGuardNonFiniteV && (edge || p.bias != nullptr) &&
+    const bool guard = __syncthreads_or(kGuardNonFiniteV && (edge || (kScoreOps && p.bias != nullptr)) &&
                                         NonFiniteV<T>::template in_own_chunks<Cfg, Cfg::kBlockN>(
                                             smem + (sV + stage - sQ), tid)) != 0;
     if (kGuardNonFiniteV && guard)

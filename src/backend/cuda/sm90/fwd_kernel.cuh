@@ -167,13 +167,18 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
   }
 }
 
-template <class T, class Cfg, bool kSoftcap>
+// kScoreOps: the instantiation for problems that transform the scores
+// (softcap, bias, ALiBi, q/k/v descales; each under a run-time uniform
+// branch). The other runs none of them: the plain path carries no code for
+// them, and the build no extra instance (launch_fwd picks one of the two).
+template <class T, class Cfg, bool kScoreOps>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps, int* tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim;
-  // Q's A fragments in registers (tile_config.h); with softcap they would spill.
-  constexpr bool kQInRegs = Cfg::kQInRegs && !kSoftcap;
+  // Q's A fragments in registers (tile_config.h); with the score ops
+  // (softcap, the bias loads) they would spill.
+  constexpr bool kQInRegs = Cfg::kQInRegs && !kScoreOps;
   constexpr int kNTiles = Cfg::kBlockN / 8;
   constexpr int kDTiles = D / 8;
   using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
@@ -368,7 +373,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto needs_guard = [&](const TileWork<Cfg>& tw, int t, const PipeState<Cfg::kStages>& ps) {
     if constexpr (!Cfg::kGuardNonFiniteV) return false;
     const int n0 = t * Cfg::kBlockN;
-    return (p.bias != nullptr || !tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) && v_nonfinite(ps.stage, ps.phase);
+    return ((kScoreOps && p.bias != nullptr) || !tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) &&
+           v_nonfinite(ps.stage, ps.phase);
   };
 
   // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the
@@ -402,17 +408,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // descales, 1 without), soft-capped. Without a bias or ALiBi that folds
     // into the softmax's units c (or softcap's input); with them, the
     // scores are first scaled to natural units (bias_factor) and get the
-    // natural-unit terms, and c = log2(e). Run-time uniform branches: the
-    // plain path is the same arithmetic as before.
-    const float qk = qk_descale(p, tw.w.b, tw.w.hk);
-    const bool biased = has_bias_or_alibi(p);
-    const float cap_in = p.softcap_in * qk;
-    const float c = biased ? kLog2e : kSoftcap ? p.score_log2 : p.score_log2 * qk;
-    const float bias_factor = kSoftcap ? 1.f : p.scale * qk;
+    // natural-unit terms, and c = log2(e). The plain instantiation has none
+    // of it: c = score_log2, as always.
+    const float qk = kScoreOps ? qk_descale(p, tw.w.b, tw.w.hk) : 1.f;
+    const bool softcapped = kScoreOps && p.softcap_out != 0.f;
+    const bool biased = kScoreOps && has_bias_or_alibi(p);
+    const float c = !kScoreOps ? p.score_log2 : biased ? kLog2e : softcapped ? p.score_log2 : p.score_log2 * qk;
+    const float bias_factor = softcapped ? 1.f : p.scale * qk;
     // Scores of key tile t -> probabilities (in s) and the O rescale factor.
     auto score = [&](int t) {
       fence_operands(s_flat);
-      if constexpr (kSoftcap) ScoreMask<1, kNTiles>::softcap(s, cap_in, p.softcap_out);
+      if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       if (biased)
         ScoreMask<1, kNTiles>::add_bias(s, p, tw.w, p.rows, p.seq_k, p.diag_offset, bias_factor, row0, n0, lane);
@@ -495,7 +501,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     softmax.finish();
     // v_descale multiplies O (and the split partials' o), never lse.
-    if (p.v_descale != nullptr) {
+    if (kScoreOps && p.v_descale != nullptr) {
       const float vd = descale_at(p.v_descale, p, tw.w.b, tw.w.hk);
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt)

@@ -32,7 +32,7 @@ inline fmha_status operand_map(const Problem& p, const Operand& op, int64_t seq,
   return make_panel_map(t, box_rows, out);
 }
 
-template <class T, class Cfg, bool kSoftcap>
+template <class T, class Cfg, bool kScoreOps>
 fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   const Problem& p = *a.problem;
   FwdMaps maps;
@@ -41,7 +41,7 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   if (s == FMHA_SUCCESS) s = operand_map(p, p.v, p.seq_k, p.heads_kv, Cfg::kBlockN, &maps.v);
   if (s == FMHA_SUCCESS) s = operand_map(p, p.o, p.seq_q, p.heads_q, 64, &maps.o);
   if (s != FMHA_SUCCESS) return s;
-  const auto kernel = fwd_kernel<T, Cfg, kSoftcap>;
+  const auto kernel = fwd_kernel<T, Cfg, kScoreOps>;
   static SmemOptIn opt_in;  // one per instantiation, i.e. per kernel
   s = opt_in.ensure(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, a.device, "cuda_sm90_ws forward");
   if (s != FMHA_SUCCESS) return s;
@@ -59,7 +59,7 @@ template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   using Cfg = typename Sm90Tuning<kHeadDim>::Config;
   const fmha_status s =
-      a.softcap ? launch_fwd_kernel<T, Cfg, true>(f, a) : launch_fwd_kernel<T, Cfg, false>(f, a);
+      a.score_ops ? launch_fwd_kernel<T, Cfg, true>(f, a) : launch_fwd_kernel<T, Cfg, false>(f, a);
   if (s != FMHA_SUCCESS || f.num_splits == 1) return s;
   return launch_split_combine<T>(fwd_combine_params(f), a.stream);
 }
