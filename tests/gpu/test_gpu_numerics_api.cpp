@@ -1,10 +1,13 @@
-// The 0.3 inference numerics on a CUDA handle before any CUDA kernel runs
-// them: every CUDA registry row leaves the new feature bits undeclared, so a
-// problem using FP8 K/V, another o dtype, descales, a bias or ALiBi is
+// The 0.3 inference numerics on a CUDA handle: a CUDA registry row that
+// leaves a feature bit undeclared never runs it, so a problem using a
+// feature no CUDA row declares (FP8 K/V, another o dtype) is
 // FMHA_ERROR_UNSUPPORTED (nothing written), explain names the feature for
 // each CUDA kernel, and forcing a kernel names it too. When a kernel family
 // gains a feature, its row declares the bit and this test's expectation for
-// that family must change with it.
+// that family must change with it: cuda_sm80_tc and cuda_sm90_ws run a bias
+// and ALiBi (tests/gpu/test_gpu_bias.cpp checks their numbers), and
+// cuda_sm90_ws descales, so those problems run (on an sm_90 device for
+// descales); forcing cuda_generic still names each feature.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -38,7 +41,7 @@ bool untouched(const CudaBuffer& o) {
 
 }  // namespace
 
-TEST_CASE("CUDA handle: the inference-numerics features are UNSUPPORTED, and explain names them") {
+TEST_CASE("CUDA handle: the inference-numerics features no CUDA kernel runs are UNSUPPORTED, explain names them") {
   GpuHandle h;
   REQUIRE(h.status() == FMHA_SUCCESS);
   const size_t q_bytes = kB * kHq * kN * kD * 4, kv_bytes = kB * kHk * kN * kD * 4;
@@ -52,18 +55,21 @@ TEST_CASE("CUDA handle: the inference-numerics features are UNSUPPORTED, and exp
   const std::vector<std::string> kernels = fmha_gpu_test::cuda_kernel_names();
   REQUIRE(!kernels.empty());
 
+  int major = 0;
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
   struct Feature {
     const char* name;
-    const char* reason;  // what explain says for every CUDA kernel
+    const char* reason;  // what explain says for every CUDA kernel that lacks it
     void (*edit)(fmha_forward_params*, void* bias, void* factors);
+    int runs_on_major;   // 0: no CUDA kernel runs it; 8: every sm >= 80 device; 9: sm_90 devices
   };
   const Feature features[] = {
       {"FP8 K/V", "does not run dtype F8E4M3",
-       [](fmha_forward_params* p, void*, void*) { p->k.dtype = p->v.dtype = FMHA_DTYPE_F8E4M3; }},
+       [](fmha_forward_params* p, void*, void*) { p->k.dtype = p->v.dtype = FMHA_DTYPE_F8E4M3; }, 0},
       {"o in F32 under F16 inputs", "does not support mixed dtypes",
-       [](fmha_forward_params* p, void*, void*) { p->o.dtype = FMHA_DTYPE_F32; }},
+       [](fmha_forward_params* p, void*, void*) { p->o.dtype = FMHA_DTYPE_F32; }, 0},
       {"descales", "does not support descales",
-       [](fmha_forward_params* p, void*, void* f) { p->k_descale = static_cast<const float*>(f); }},
+       [](fmha_forward_params* p, void*, void* f) { p->k_descale = static_cast<const float*>(f); }, 9},
       {"bias", "does not support an additive bias",
        [](fmha_forward_params* p, void* b, void*) {
          p->bias.data = b;
@@ -71,9 +77,9 @@ TEST_CASE("CUDA handle: the inference-numerics features are UNSUPPORTED, and exp
          const int64_t dims[4] = {1, 1, kN, kN}, strides[4] = {0, 0, kN, 1};
          std::memcpy(p->bias.dims, dims, sizeof dims);
          std::memcpy(p->bias.strides, strides, sizeof strides);
-       }},
+       }, 8},
       {"ALiBi", "does not support ALiBi slopes",
-       [](fmha_forward_params* p, void*, void* f) { p->alibi_slopes = static_cast<const float*>(f); }},
+       [](fmha_forward_params* p, void*, void* f) { p->alibi_slopes = static_cast<const float*>(f); }, 8},
   };
   for (const Feature& feat : features) {
     CAPTURE(feat.name);
@@ -86,6 +92,31 @@ TEST_CASE("CUDA handle: the inference-numerics features are UNSUPPORTED, and exp
     p.mask_flags = FMHA_MASK_CAUSAL;
     feat.edit(&p, bias.get(), factors.get());
     REQUIRE(cudaMemset(o.get(), 0xff, q_bytes) == cudaSuccess);
+
+    if (feat.runs_on_major == 8 || (feat.runs_on_major == 9 && major == 9)) {
+      // A tensor-core family runs it (the numbers: test_gpu_bias.cpp).
+      size_t ws = 0;
+      REQUIRE(fmha_forward_workspace_size(h.get(), &p, &ws) == FMHA_SUCCESS);
+      CudaBuffer work(ws);
+      REQUIRE(work.ok());
+      CHECK_MESSAGE(fmha_forward(h.get(), &p, work.get(), ws) == FMHA_SUCCESS, fmha_last_error_message());
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      CHECK(!untouched(o));
+      char buf[4096];
+      CHECK(fmha_forward_explain(h.get(), &p, buf, sizeof buf) == FMHA_SUCCESS);
+      const std::string text = buf;
+      CHECK_MESSAGE((text.find("chosen: cuda_sm80_tc") != std::string::npos ||
+                     text.find("chosen: cuda_sm90_ws") != std::string::npos),
+                    text);
+      p.kernel = "cuda_generic";
+      REQUIRE(cudaMemset(o.get(), 0xff, q_bytes) == cudaSuccess);
+      CHECK(fmha_forward(h.get(), &p, nullptr, 0) == FMHA_ERROR_UNSUPPORTED);
+      CHECK_MESSAGE(std::string(fmha_last_error_message()).find(feat.reason) != std::string::npos,
+                    fmha_last_error_message());
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      CHECK(untouched(o));
+      continue;
+    }
 
     size_t ws = 0;
     CHECK(fmha_forward_workspace_size(h.get(), &p, &ws) == FMHA_ERROR_UNSUPPORTED);
