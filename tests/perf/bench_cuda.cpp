@@ -913,8 +913,9 @@ int run_bias(fmha_handle h, cudaStream_t stream, const std::vector<std::string>&
   if (ns.empty()) ns = {8192};
   constexpr int kRounds = 5;
   int failures = 0;
-  std::printf("\n| bias case | kernel | none ms | bias ms | bias / none | ALiBi ms | ALiBi / none | softcap / none |\n"
-              "|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "\n| bias case | kernel | none ms | bias ms | bias / none | ALiBi ms | ALiBi / none | softcap / none |\n"
+      "|---|---|---|---|---|---|---|---|\n");
   std::vector<std::string> lines;
   for (int64_t n : ns)
     for (uint32_t mask : {uint32_t{FMHA_MASK_NONE}, uint32_t{FMHA_MASK_CAUSAL}}) {

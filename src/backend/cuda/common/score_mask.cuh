@@ -44,9 +44,10 @@ struct ScoreMask {
 
   // Bias and ALiBi (FwdParams::bias, alibi_slopes): the fragment form of
   // numerics.cuh's bias_alibi, its loads hoisted per row and paired:
-  // s -> s * factor + bias[b, h, i, j] - slope(b, h) * |d(i) - j|. `factor` turns the tile's scores into the
-  // scaled (and soft-capped) logits in natural units: the scale (times the
-  // q/k descales) on raw scores, 1 after softcap(). The caller's softmax then
+  //   s -> s * factor + bias[b, h, i, j] - slope(b, h) * |d(i) - j|.
+  // `factor` turns the tile's scores into the scaled (and soft-capped)
+  // logits in natural units: the scale (times the q/k descales) on raw
+  // scores, 1 after softcap(). The caller's softmax then
   // runs with c = log2(e) on every tile of the work tile, and the caller runs
   // this on EVERY key tile (not only the masked ones), before apply(), when
   // has_bias_or_alibi(p). Rows are unit rows as in apply() (row0, lane), of
