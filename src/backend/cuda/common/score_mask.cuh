@@ -58,24 +58,43 @@ struct ScoreMask {
   __device__ __forceinline__ static void add_bias(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
                                                   int seq_k, int64_t diag, float factor, int row0, int n0,
                                                   int lane) {
+    bias_terms<false>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+  }
+
+  // The same terms divided by `factor` (the scale times the q/k descales),
+  // written into s as the starting value of the Q K^T accumulator: then
+  // s = q.k + (bias + ALiBi) / factor, and the caller's softmax keeps the
+  // raw-score units of the plain path (c = score_log2 times the descales).
+  // Only without softcap (its tanh comes between the scale and the bias).
+  // The loads can go out ahead of the tile's MMA, where s is free.
+  __device__ __forceinline__ static void init_bias(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
+                                                   int seq_k, int64_t diag, float factor, int row0, int n0,
+                                                   int lane) {
+    bias_terms<true>(s, p, w, rows, seq_k, diag, 1.f / factor, row0, n0, lane);
+  }
+
+  // kInit: s = terms * f (init_bias, f = 1 / factor); else s = s * f + terms.
+  template <bool kInit>
+  __device__ __forceinline__ static void bias_terms(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
+                                                    int seq_k, int64_t diag, float f, int row0, int n0, int lane) {
     // One uniform branch per tile, so each element loop knows its load
     // and whether it has an ALiBi term.
-    if (p.alibi_slopes != nullptr) add_bias_by_dtype<true>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
-    else add_bias_by_dtype<false>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+    if (p.alibi_slopes != nullptr) bias_terms_by_dtype<kInit, true>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
+    else bias_terms_by_dtype<kInit, false>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
   }
-  template <bool kAlibi>
-  __device__ __forceinline__ static void add_bias_by_dtype(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
-                                                           int seq_k, int64_t diag, float factor, int row0, int n0,
-                                                           int lane) {
+  template <bool kInit, bool kAlibi>
+  __device__ __forceinline__ static void bias_terms_by_dtype(Acc& s, const FwdParams& p, const WorkTile& w,
+                                                             int rows, int seq_k, int64_t diag, float f, int row0,
+                                                             int n0, int lane) {
     switch (p.bias == nullptr ? 0 : p.bias_dtype) {
       case FMHA_DTYPE_F16:
-        return add_bias_as<__half, kAlibi>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+        return bias_terms_as<__half, kInit, kAlibi>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
       case FMHA_DTYPE_BF16:
-        return add_bias_as<__nv_bfloat16, kAlibi>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+        return bias_terms_as<__nv_bfloat16, kInit, kAlibi>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
       case FMHA_DTYPE_F32:
-        return add_bias_as<float, kAlibi>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+        return bias_terms_as<float, kInit, kAlibi>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
       default:  // ALiBi alone
-        if constexpr (kAlibi) add_bias_as<void, true>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+        if constexpr (kAlibi) bias_terms_as<void, kInit, true>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
     }
   }
 
@@ -114,14 +133,14 @@ struct ScoreMask {
     else return x;
   }
 
-  // add_bias with bias elements of type B (void: no bias tensor, ALiBi
+  // bias_terms with bias elements of type B (void: no bias tensor, ALiBi
   // only) and, with kAlibi, the ALiBi term. Per row, a straight run of pair
   // loads when the whole tile lies inside the row (the common case), else
   // element by element; then the adds.
-  template <class B, bool kAlibi>
-  __device__ __forceinline__ static void add_bias_as(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
-                                                     int seq_k, int64_t diag, float factor, int row0, int n0,
-                                                     int lane) {
+  template <class B, bool kInit, bool kAlibi>
+  __device__ __forceinline__ static void bias_terms_as(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
+                                                       int seq_k, int64_t diag, float f, int row0, int n0,
+                                                       int lane) {
     constexpr bool kTensor = !std::is_void<B>::value;
     const int j_lane = n0 + 2 * (lane & 3);  // the lane's first key; even, as n0 is a multiple of 8
 #pragma unroll
@@ -167,8 +186,8 @@ struct ScoreMask {
         }
 #pragma unroll
         for (int nt = 0; nt < kNTiles; ++nt) {
-          s[ms][nt][2 * hh] = fmaf(s[ms][nt][2 * hh], factor, x[nt].x);
-          s[ms][nt][2 * hh + 1] = fmaf(s[ms][nt][2 * hh + 1], factor, x[nt].y);
+          s[ms][nt][2 * hh] = kInit ? x[nt].x * f : fmaf(s[ms][nt][2 * hh], f, x[nt].x);
+          s[ms][nt][2 * hh + 1] = kInit ? x[nt].y * f : fmaf(s[ms][nt][2 * hh + 1], f, x[nt].y);
         }
       }
   }

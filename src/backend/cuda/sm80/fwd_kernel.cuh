@@ -473,13 +473,12 @@ template <class T, class Cfg>
 struct Epilogue {
   using Softmax = OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles>;
 
-  // c: the softmax's units (score_log2, or log2(e) under a bias).
   template <bool kServing>
   __device__ static void run(const FwdParams& p, const BlockWork<Cfg, kServing>& w,
-                             float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm, float c,
+                             float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm,
                              unsigned char* smem, int warp, int lane, int tid) {
     const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);  // the lane's first tile row
-    const float lse_scale = c * kLn2;  // units of m -> natural units
+    const float lse_scale = p.score_log2 * kLn2;  // raw-score units of m -> natural units
 
     if (p.num_splits > 1) {
       store_split_partials<Cfg::kMSlices, Cfg::kDTiles, Cfg::kHeadDim>(p, w, w.m0 + row_local0, o, sm.m, sm.l,
@@ -604,17 +603,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       for (int e = 0; e < 4; ++e) o[ms][dt][e] = 0.f;
   OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles> sm;
   sm.init();
-  // Bias / ALiBi (kScoreOps only): they are natural-unit terms of the
-  // scaled logit, so every tile's scores are scaled first (bias_factor) and
-  // the softmax runs in units of log2(e).
+  // Bias / ALiBi (kScoreOps only), natural-unit terms of the scaled,
+  // soft-capped logit. Without softcap they are divided by the scale and
+  // start the tile's Q K^T accumulator (ScoreMask::init_bias; the loads go
+  // out before the wait for K), so the softmax keeps its units c; after
+  // softcap (c = score_log2 = log2(e)) they are added as they are.
   const bool softcapped = kScoreOps && p.softcap_out != 0.f;
   const bool biased = kScoreOps && has_bias_or_alibi(p);
-  const float c = biased ? kLog2e : p.score_log2;
-  const float bias_factor = softcapped ? 1.f : p.scale;
+  const bool bias_init = biased && !softcapped;
 
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
     const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
+    const int n0 = t * Cfg::kBlockN;
+    float s[Cfg::kMSlices][Cfg::kNTiles][4];
+    if (bias_init)
+      ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale,
+                                                        row0, n0, lane);
     cp_async_wait<1>();  // K[t] landed (this thread's part) ...
     __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
     const int n_next = (t + 1) * Cfg::kBlockN;
@@ -623,23 +628,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if (t + 1 < w.t_end) load_v(sV + next, n_next);
     cp_async_commit();
 
-    float s[Cfg::kMSlices][Cfg::kNTiles][4];
+    if (!bias_init)
 #pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
 #pragma unroll
-      for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+        for (int nt = 0; nt < Cfg::kNTiles; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
+          for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
     WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
 
     if (softcapped) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
-    const int n0 = t * Cfg::kBlockN;
     const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-    if (biased)
-      ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), bias_factor,
-                                                       row0, n0, lane);
+    if (biased && softcapped)
+      ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0,
+                                                       n0, lane);
     if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
-    sm.update(s, o, c);
+    sm.update(s, o, p.score_log2);
 
     cp_async_wait<2>();  // V[t] landed (this thread's part)
     // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
@@ -655,7 +659,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   }
   cp_async_wait<0>();
   sm.finish();
-  Epilogue<T, Cfg>::run(p, w, o, sm, c, smem, warp, lane, tid);
+  Epilogue<T, Cfg>::run(p, w, o, sm, smem, warp, lane, tid);
 }
 
 }  // namespace fmha::cuda::sm80

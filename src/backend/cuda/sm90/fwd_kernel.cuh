@@ -225,6 +225,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto& s_flat = reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s);
   uint32_t pf[Cfg::kBlockN / 16][4];  // P as the m16n8k16 A fragments of P V's k16 steps
   float alpha[1][2];
+  // 1 while s holds the key tile's bias terms (ScoreMask::init_bias), the
+  // starting value of its Q K^T (kScoreOps only).
+  uint32_t s_init = 0;
 
   // S = Q K^T of the stage's K tile over D / 16 k-steps (k-step ks is 32
   // bytes into panel ks / 4); committed, not waited for.
@@ -265,10 +268,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint64_t b = desc_advance(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32);
       if constexpr (kQInRegs)
-        MmaRs<T, Cfg::kBlockN, 0>::run(s_flat, qf[ks], b, ks > 0 ? 1u : 0u);
+        MmaRs<T, Cfg::kBlockN, 0>::run(s_flat, qf[ks], b, ks > 0 ? 1u : kScoreOps ? s_init : 0u);
       else
         MmaSs<T, Cfg::kBlockN, 0, 0>::run(s_flat, desc_advance(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32),
-                                          b, ks > 0 ? 1u : 0u);
+                                          b, ks > 0 ? 1u : kScoreOps ? s_init : 0u);
     }
     wgmma_commit();
   };
@@ -405,23 +408,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     Softmax softmax;
     softmax.init();
     // The logit of raw score x is scale * qk * x (qk: the tile's q/k
-    // descales, 1 without), soft-capped. Without a bias or ALiBi that folds
-    // into the softmax's units c (or softcap's input); with them, the
-    // scores are first scaled to natural units (bias_factor) and get the
-    // natural-unit terms, and c = log2(e). The plain instantiation has none
-    // of it: c = score_log2, as always.
+    // descales, 1 without), soft-capped; that folds into the softmax's units
+    // c (or softcap's input). A bias or ALiBi term: without softcap, divided
+    // by the scale, it is the starting value of the tile's Q K^T
+    // (ScoreMask::init_bias, loaded while s is free, ahead of the MMA);
+    // after softcap it is added in natural units (softcap's output, c =
+    // score_log2 = log2(e)). The plain instantiation has none of it.
     const float qk = kScoreOps ? qk_descale(p, tw.w.b, tw.w.hk) : 1.f;
     const bool softcapped = kScoreOps && p.softcap_out != 0.f;
     const bool biased = kScoreOps && has_bias_or_alibi(p);
-    const float c = !kScoreOps ? p.score_log2 : biased ? kLog2e : softcapped ? p.score_log2 : p.score_log2 * qk;
-    const float bias_factor = softcapped ? 1.f : p.scale * qk;
+    const bool bias_init = biased && !softcapped;
+    const float c = (!kScoreOps || softcapped) ? p.score_log2 : p.score_log2 * qk;
+    s_init = bias_init ? 1u : 0u;
+    // The bias terms of key tile t into s, before its Q K^T is issued.
+    auto preload = [&](int t) {
+      if (bias_init)
+        ScoreMask<1, kNTiles>::init_bias(s, p, tw.w, p.rows, p.seq_k, p.diag_offset, p.scale * qk, row0,
+                                         t * Cfg::kBlockN, lane);
+    };
     // Scores of key tile t -> probabilities (in s) and the O rescale factor.
     auto score = [&](int t) {
       fence_operands(s_flat);
       if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
-      if (biased)
-        ScoreMask<1, kNTiles>::add_bias(s, p, tw.w, p.rows, p.seq_k, p.diag_offset, bias_factor, row0, n0, lane);
+      if (biased && softcapped)
+        ScoreMask<1, kNTiles>::add_bias(s, p, tw.w, p.rows, p.seq_k, p.diag_offset, 1.f, row0, n0, lane);
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
       return softmax.step(s, c, alpha);
     };
@@ -443,6 +454,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // The last consumer lets consumer 0 go first; it skips its last pass
       // below, so every arrival meets a wait.
       if (cw == Cfg::kConsumers - 1) turn_pass();
+      preload(t_begin);
       turn_wait();
       issue_qk(st.stage, st.phase);
       turn_pass();
@@ -451,6 +463,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (kReleaseQAfterQk && t_begin + 1 == t_end) release_q();
       score(t_begin);  // O is still 0: nothing to rescale
       pack_p();
+      if (t_begin + 1 < t_end) preload(t_begin + 1);
       PipeState<Cfg::kStages> prev = st;
       st.advance();
       // Steady state: S of tile t and O += P V of tile t - 1 in flight
@@ -480,6 +493,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (leader) mbar_arrive(sm.v_empty(prev.stage));
         if (moved) Softmax::rescale(o, alpha);
         pack_p();
+        if (t + 1 < t_end) preload(t + 1);
         prev = st;
         st.advance();
       }
