@@ -36,16 +36,19 @@ static_assert(FMHA_SM80_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
 // declines.
 const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
-    {"cuda_sm90_ws", "Hopper family: wgmma + TMA, warp-specialized producer and consumer warpgroups (sm_90a)",
+    {"cuda_sm90_ws",
+     "Hopper family: wgmma + TMA, warp-specialized producer and consumer warpgroups (sm_90a); ragged, seqused_k "
+     "and paged K/V (page_size a multiple of 8 dividing or divided by the key tile); descales, bias and ALiBi",
      FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}},
-     kFeatureServing, 16, 5,
+     kFeatureServing | kFeatureDescale | kFeatureBias | kFeatureAlibi, 16, 5,
      cuda::sm90_supports, cuda::sm90_workspace_bytes, cuda::sm90_forward, cuda::sm90_declines},
     {"cuda_sm80_tc",
      "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping; ragged, seqused_k and "
      "paged K/V (fast page_size: 16, 32, 64 or a multiple of the key tile, 64 keys at head_dim 128 and 256, "
      "128 at 32 and 64, not 16 at head_dim 32 nor any at 96: one block-table read per page and key tile; every "
-     "other page_size runs, reading the table once per key)",
-     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}}, kFeatureServing, 16, 10,
+     "other page_size runs, reading the table once per key); bias and ALiBi",
+     FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}},
+     kFeatureServing | kFeatureBias | kFeatureAlibi, 16, 10,
      cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
     {"cuda_generic",
      "general CUDA fallback: any head_dim <= 256, any strides, F32 too, every serving layout; FP8 inputs, "

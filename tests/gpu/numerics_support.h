@@ -29,8 +29,8 @@ struct KernelNumerics {
 // The table. A kernel not listed runs none of the features.
 inline constexpr KernelNumerics kKernelNumerics[] = {
     //  kernel           fp8    mixed  descale bias   alibi
-    {"cuda_sm90_ws", false, false, false, false, false},
-    {"cuda_sm80_tc", false, false, false, false, false},
+    {"cuda_sm90_ws", false, false, true, true, true},
+    {"cuda_sm80_tc", false, false, false, true, true},
     {"cuda_generic", true, true, true, true, true},
 };
 

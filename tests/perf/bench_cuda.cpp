@@ -19,7 +19,12 @@
 // 65535), serving (issue 9: BF16 GQA decode over contiguous, seqused_k and
 // paged KV caches in TB/s against the device copy bandwidth, and a ragged
 // causal prefill against a dense batch, in TFLOP/s; cuda_sm80_tc unless
-// --kernels names others), all (= every perf suite but serving).
+// --kernels names others), bias (issue 14: the cost of an additive bias
+// [1, 1, N, N] F16 and of ALiBi [H] slopes over none, FP16 B=1 H=32 D=128,
+// causal and not, N=8192 unless --n; the three variants interleaved in
+// rounds, each kernel that runs them), all (= every perf suite but serving
+// and bias; softcap 30 rides along: it runs in the same kernel instance
+// as the bias).
 // Default: check,seed,bf16,noncausal,d64,gqa,decode.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -912,6 +917,99 @@ int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::strin
   return 0;
 }
 
+// ---- the bias suite (issue 14) ---------------------------------------------------------
+//
+// The bar: a bias or ALiBi costs <= 10% over none. Per kernel, shape and
+// round: none, bias, ALiBi and softcap (30, the other user of the kernels'
+// score-ops instantiation) timed back to back (so clock and thermal drift
+// hit them alike); the medians over the rounds and their ratios to none. The bias holds N(0, 1) values (every key visible), read as [1, 1,
+// N, N] F16 with stride-0 broadcasts over batch and heads; slopes are
+// ALiBi's 2^(-8 (h + 1) / H).
+int run_bias(fmha_handle h, cudaStream_t stream, const std::vector<std::string>& kernels, std::vector<int64_t> ns,
+             double group_ms, size_t l2_bytes) {
+  if (ns.empty()) ns = {8192};
+  constexpr int kRounds = 5;
+  int failures = 0;
+  std::printf(
+      "\n| bias case | kernel | none ms | bias ms | bias / none | ALiBi ms | ALiBi / none | softcap / none |\n"
+      "|---|---|---|---|---|---|---|---|\n");
+  std::vector<std::string> lines;
+  for (int64_t n : ns)
+    for (uint32_t mask : {uint32_t{FMHA_MASK_NONE}, uint32_t{FMHA_MASK_CAUSAL}}) {
+      Case c = mk("bias", FMHA_DTYPE_F16, 1, 32, 32, n, n, 128, mask);
+      DeviceProblem dp(c, l2_bytes, false);
+      void* bias = nullptr;
+      CUDA_OK(cudaMalloc(&bias, static_cast<size_t>(n * n) * 2));
+      fill_normal<<<blocks_for(n * n, 256), 256>>>(static_cast<__half*>(bias), n * n, 77);
+      CUDA_OK(cudaGetLastError());
+      std::vector<float> slopes_h(c.Hq);
+      for (int64_t x = 0; x < c.Hq; ++x) slopes_h[x] = std::exp2(-8.0f * static_cast<float>(x + 1) / c.Hq);
+      float* slopes = nullptr;
+      CUDA_OK(cudaMalloc(&slopes, slopes_h.size() * sizeof(float)));
+      CUDA_OK(cudaMemcpy(slopes, slopes_h.data(), slopes_h.size() * sizeof(float), cudaMemcpyHostToDevice));
+      for (const std::string& kn : kernels) {
+        constexpr int kVariants = 4;  // none, bias, ALiBi, softcap
+        fmha_forward_params variant[kVariants];
+        for (int v = 0; v < kVariants; ++v) variant[v] = dp.params(0, kn.c_str(), -1);
+        fmha_tensor& b = variant[1].bias;
+        b.data = bias;
+        b.dtype = FMHA_DTYPE_F16;
+        const int64_t dims[4] = {1, 1, n, n}, strides[4] = {0, 0, n, 1};
+        std::memcpy(b.dims, dims, sizeof dims);
+        std::memcpy(b.strides, strides, sizeof strides);
+        variant[2].alibi_slopes = slopes;
+        variant[3].softcap = 30.f;
+        size_t ws_bytes = 0;
+        bool ok = true;
+        for (const fmha_forward_params& p : variant) {
+          size_t w = 0;
+          if (fmha_forward_workspace_size(h, &p, &w) != FMHA_SUCCESS) {
+            std::printf("bias  %-13s N%lld %s: %s\n", kn.c_str(), (long long)n, mask_str(c).c_str(),
+                        fmha_last_error_message());
+            ok = false;
+            break;
+          }
+          ws_bytes = std::max(ws_bytes, w);
+        }
+        if (!ok) continue;
+        void* ws = nullptr;
+        if (ws_bytes) CUDA_OK(cudaMalloc(&ws, ws_bytes));
+        std::vector<double> ms[kVariants];
+        for (int round = 0; round < kRounds; ++round)
+          for (int v = 0; v < kVariants; ++v) {
+            const Timing t = time_runs(
+                [&](int) {
+                  const fmha_status s = fmha_forward(h, &variant[v], ws, ws_bytes);
+                  if (s != FMHA_SUCCESS) std::printf("forward failed while timing: %s\n", fmha_last_error_message());
+                  return s == FMHA_SUCCESS;
+                },
+                stream, group_ms);
+            ms[v].push_back(t.ms);
+          }
+        if (ws) cudaFree(ws);
+        double med[kVariants];
+        for (int v = 0; v < kVariants; ++v) {
+          std::sort(ms[v].begin(), ms[v].end());
+          med[v] = ms[v][ms[v].size() / 2];
+          if (std::isnan(med[v])) ++failures;
+        }
+        char line[256];
+        std::snprintf(line, sizeof line, "| FP16 B1 H32 D128 N%lld %s | %s | %.4f | %.4f | %.3f | %.4f | %.3f | %.3f |",
+                      (long long)n, mask_str(c).c_str(), kn.c_str(), med[0], med[1], med[1] / med[0], med[2],
+                      med[2] / med[0], med[3] / med[0]);
+        std::printf("%s\n", line);
+        std::fflush(stdout);
+        lines.push_back(line);
+      }
+      cudaFree(bias);
+      cudaFree(slopes);
+    }
+  std::printf("\n(bias suite, medians of %d interleaved rounds; the bar: bias / none and ALiBi / none <= 1.10)\n",
+              kRounds);
+  for (const std::string& l : lines) std::printf("%s\n", l.c_str());
+  return failures;
+}
+
 struct Row {
   Case c;
   std::string kernel;
@@ -953,7 +1051,7 @@ int main(int argc, char** argv) {
     else if (a == "--group-ms") group_ms = std::atof(next());
     else {
       std::fprintf(stderr,
-                   "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,dims,gqa,decode,large,serving|all] "
+                   "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,dims,gqa,decode,large,serving,bias|all] "
                    "[--kernels a,b] [--n 2048,8192] [--splits n] [--no-check] [--check-all] [--group-ms x]\n");
       return 2;
     }
@@ -984,10 +1082,14 @@ int main(int argc, char** argv) {
   std::printf("\n");
 
   std::vector<Case> cases;
-  bool serving = false;
+  bool serving = false, bias = false;
   for (const std::string& s : suites) {
     if (s == "serving") {
       serving = true;
+      continue;
+    }
+    if (s == "bias") {
+      bias = true;
       continue;
     }
     std::vector<Case> add = s == "check" ? check_cases() : s == "large" ? large_cases() : perf_cases(s, ns);
@@ -1092,6 +1194,12 @@ int main(int argc, char** argv) {
     for (const std::string& k : kernels)
       if (!want_kernels.empty() || k == "cuda_sm80_tc") sk.push_back(k);
     failures += run_serving(h, stream, sk, group_ms);
+  }
+  if (bias) {
+    std::vector<std::string> bk;
+    for (const std::string& k : kernels)
+      if (!want_kernels.empty() || k == "cuda_sm80_tc" || k == "cuda_sm90_ws") bk.push_back(k);
+    failures += run_bias(h, stream, bk, ns, group_ms, prop.l2CacheSize);
   }
   std::printf("\n%d failures\n", failures);
   fmha_destroy(h);

@@ -1,12 +1,22 @@
 // ScoreMask: the element-wise score transform of the tensor-core families,
-// softcap and the mask band, on register fragments in the m16n8 accumulator
-// layout (see common/softmax.cuh): in slice ms, element e of n8 tile nt of
-// lane l is row (l / 4) + 8 * (e / 2), column 8 * nt + 2 * (l % 4) + e % 2.
+// softcap, the additive bias and ALiBi, and the mask band, on register
+// fragments in the m16n8 accumulator layout (see common/softmax.cuh): in
+// slice ms, element e of n8 tile nt of lane l is row (l / 4) + 8 * (e / 2),
+// column 8 * nt + 2 * (l % 4) + e % 2.
 #pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/common/numerics.cuh"
+#include "backend/cuda/common/tile_scheduler.h"
 #include "core/mask.h"
+#include "fmha/fmha.h"
 
 namespace fmha::cuda {
 
@@ -30,6 +40,156 @@ struct ScoreMask {
           const float t = 1.f - __fdividef(2.f, fast_exp2(2.f * kLog2e * x) + 1.f);
           s[ms][nt][e] = cap_out * t;
         }
+  }
+
+  // Bias and ALiBi (FwdParams::bias, alibi_slopes): the fragment form of
+  // numerics.cuh's bias_alibi, its loads hoisted per row and paired:
+  //   s -> s * factor + bias[b, h, i, j] - slope(b, h) * |d(i) - j|.
+  // `factor` turns the tile's scores into the scaled (and soft-capped)
+  // logits in natural units: the scale (times the q/k descales) on raw
+  // scores, 1 after softcap(). The caller's softmax then
+  // runs with c = log2(e) on every tile of the work tile, and the caller runs
+  // this on EVERY key tile (not only the masked ones), before apply(), when
+  // has_bias_or_alibi(p). Rows are unit rows as in apply() (row0, lane), of
+  // work tile w (its head slot and sequence b); `rows`, seq_k and diag are
+  // the sequence's (FwdSeq). Elements of rows at or past `rows` or keys at
+  // or past seq_k are never read (they lie past the bias tensor): they get
+  // no bias, apply() hides such keys and such rows are never stored.
+  __device__ __forceinline__ static void add_bias(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
+                                                  int seq_k, int64_t diag, float factor, int row0, int n0,
+                                                  int lane) {
+    bias_terms<false>(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+  }
+
+  // The same terms divided by `factor` (the scale times the q/k descales),
+  // written into s as the starting value of the Q K^T accumulator: then
+  // s = q.k + (bias + ALiBi) / factor, and the caller's softmax keeps the
+  // raw-score units of the plain path (c = score_log2 times the descales).
+  // Only without softcap (its tanh comes between the scale and the bias).
+  // The loads can go out ahead of the tile's MMA, where s is free.
+  __device__ __forceinline__ static void init_bias(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
+                                                   int seq_k, int64_t diag, float factor, int row0, int n0,
+                                                   int lane) {
+    bias_terms<true>(s, p, w, rows, seq_k, diag, 1.f / factor, row0, n0, lane);
+  }
+
+  // kInit: s = terms * f (init_bias, f = 1 / factor); else s = s * f + terms.
+  template <bool kInit>
+  __device__ __forceinline__ static void bias_terms(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
+                                                    int seq_k, int64_t diag, float f, int row0, int n0, int lane) {
+    // One uniform branch per tile, so each element loop knows its load
+    // and whether it has an ALiBi term.
+    if (p.alibi_slopes != nullptr) bias_terms_by_dtype<kInit, true>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
+    else bias_terms_by_dtype<kInit, false>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
+  }
+  template <bool kInit, bool kAlibi>
+  __device__ __forceinline__ static void bias_terms_by_dtype(Acc& s, const FwdParams& p, const WorkTile& w,
+                                                             int rows, int seq_k, int64_t diag, float f, int row0,
+                                                             int n0, int lane) {
+    switch (p.bias == nullptr ? 0 : p.bias_dtype) {
+      case FMHA_DTYPE_F16:
+        return bias_terms_as<__half, kInit, kAlibi>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
+      case FMHA_DTYPE_BF16:
+        return bias_terms_as<__nv_bfloat16, kInit, kAlibi>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
+      case FMHA_DTYPE_F32:
+        return bias_terms_as<float, kInit, kAlibi>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
+      default:  // ALiBi alone
+        if constexpr (kAlibi) bias_terms_as<void, kInit, true>(s, p, w, rows, seq_k, diag, f, row0, n0, lane);
+    }
+  }
+
+  // Bias elements as loaded: a 16-bit pair packed in 32 bits (converted
+  // where it is added, so a tile's loads in flight hold one register per
+  // pair), or an F32 pair.
+  template <class B>
+  using Raw = typename std::conditional<sizeof(B) == 2, uint32_t, float2>::type;
+
+  // Elements j and j + 1 (key stride 1, the pair's address aligned to twice
+  // the element size).
+  template <class B>
+  __device__ __forceinline__ static Raw<B> load_pair(const B* ptr) {
+    if constexpr (sizeof(B) == 2) return __ldg(reinterpret_cast<const unsigned int*>(ptr));
+    else return __ldg(reinterpret_cast<const float2*>(ptr));
+  }
+  // The same one element at a time: any key stride, elements at or past
+  // seq_k read as 0 (+0 in every dtype).
+  template <class B>
+  __device__ __forceinline__ static Raw<B> load_each(const B* row, int64_t stride, int j, int seq_k) {
+    if constexpr (sizeof(B) == 2) {
+      const unsigned short* e = reinterpret_cast<const unsigned short*>(row);
+      const uint32_t lo = j < seq_k ? __ldg(e + static_cast<int64_t>(j) * stride) : 0u;
+      const uint32_t hi = j + 1 < seq_k ? __ldg(e + static_cast<int64_t>(j + 1) * stride) : 0u;
+      return lo | (hi << 16);
+    } else {
+      return make_float2(j < seq_k ? __ldg(row + static_cast<int64_t>(j) * stride) : 0.f,
+                         j + 1 < seq_k ? __ldg(row + static_cast<int64_t>(j + 1) * stride) : 0.f);
+    }
+  }
+  template <class B>
+  __device__ __forceinline__ static float2 to_float2(Raw<B> x) {
+    if constexpr (std::is_same<B, __half>::value) return __half22float2(*reinterpret_cast<const __half2*>(&x));
+    else if constexpr (std::is_same<B, __nv_bfloat16>::value)
+      return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x));
+    else return x;
+  }
+
+  // bias_terms with bias elements of type B (void: no bias tensor, ALiBi
+  // only) and, with kAlibi, the ALiBi term. Per row, a straight run of pair
+  // loads when the whole tile lies inside the row (the common case), else
+  // element by element; then the adds.
+  template <class B, bool kInit, bool kAlibi>
+  __device__ __forceinline__ static void bias_terms_as(Acc& s, const FwdParams& p, const WorkTile& w, int rows,
+                                                       int seq_k, int64_t diag, float f, int row0, int n0,
+                                                       int lane) {
+    constexpr bool kTensor = !std::is_void<B>::value;
+    const int j_lane = n0 + 2 * (lane & 3);  // the lane's first key; even, as n0 is a multiple of 8
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + ms * 16 + (lane >> 2) + 8 * hh;
+        int64_t h;
+        int i;
+        w.locate(p, r, &h, &i);
+        float2 x[kNTiles];
+        if constexpr (kTensor) {
+          Raw<B> raw[kNTiles];
+          const B* brow = static_cast<const B*>(p.bias) + w.b * p.bias_stride[0] + h * p.bias_stride[1] +
+                          static_cast<int64_t>(i) * p.bias_stride[2];
+          if (r >= rows) {  // past the sequence: nothing to read
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) raw[nt] = Raw<B>{};
+          } else if (p.bias_stride[3] == 1 && n0 + kNTiles * 8 <= seq_k &&
+                     reinterpret_cast<uintptr_t>(brow + j_lane) % (2 * sizeof(B)) == 0) {
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) raw[nt] = load_pair(brow + j_lane + nt * 8);
+          } else {
+#pragma unroll
+            for (int nt = 0; nt < kNTiles; ++nt) raw[nt] = load_each(brow, p.bias_stride[3], j_lane + nt * 8, seq_k);
+          }
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) x[nt] = to_float2<B>(raw[nt]);
+        } else {
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) x[nt] = make_float2(0.f, 0.f);
+        }
+        if constexpr (kAlibi) {
+          const float slope = p.alibi_slopes[w.b * p.alibi_stride + h];
+          // d(i) - (the lane's first key), in float: exact below 2^24, and
+          // the elements' distances are it minus compile-time offsets.
+          const float dist0 = static_cast<float>(i + diag - j_lane);
+#pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt) {
+            x[nt].x -= slope * fabsf(dist0 - static_cast<float>(nt * 8));
+            x[nt].y -= slope * fabsf(dist0 - static_cast<float>(nt * 8 + 1));
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          s[ms][nt][2 * hh] = kInit ? x[nt].x * f : fmaf(s[ms][nt][2 * hh], f, x[nt].x);
+          s[ms][nt][2 * hh + 1] = kInit ? x[nt].y * f : fmaf(s[ms][nt][2 * hh + 1], f, x[nt].y);
+        }
+      }
   }
 
   // Keys outside row i's visible range [lo(i), hi(i)) (core/mask.h) -> -inf.

@@ -12,7 +12,8 @@
 //                  gathered through the block table, one read per page
 //                  run of a tile (or per row for other page sizes)
 //   WarpQK         S = Q K^T for the warp's rows: ldmatrix + mma.sync
-//   ScoreMask      softcap and the element-wise mask of boundary tiles
+//   ScoreMask      softcap, bias + ALiBi (every tile, when the problem
+//                  has them) and the element-wise mask of boundary tiles
 //                  (common/score_mask.cuh)
 //   OnlineSoftmax  the running max / sum and the rescale of O, in FP32
 //                  (common/softmax.cuh)
@@ -37,6 +38,7 @@
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/epilogue.cuh"
 #include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/score_mask.cuh"
 #include "backend/cuda/common/softmax.cuh"
 #include "backend/cuda/common/swizzle.cuh"
@@ -520,7 +522,11 @@ struct Epilogue {
 // their sequence; paged ones also gather K/V through the block table, in
 // an instantiation of their own (its loader's registers would otherwise
 // spill in the contiguous serving kernel).
-template <class T, class Cfg, bool kSoftcap, SeqMode kMode>
+// kScoreOps: the instantiation for problems that transform the scores
+// (softcap, bias, ALiBi; each under a run-time uniform branch). The other
+// runs none of them: the plain path carries no code for them, and the build
+// no extra instance (launch_fwd_mode picks one of the two).
+template <class T, class Cfg, bool kScoreOps, SeqMode kMode>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     fwd_kernel(const __grid_constant__ FwdParams p) {
   constexpr bool kServing = kMode != SeqMode::kDense;
@@ -597,10 +603,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       for (int e = 0; e < 4; ++e) o[ms][dt][e] = 0.f;
   OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles> sm;
   sm.init();
+  // Bias / ALiBi (kScoreOps only), natural-unit terms of the scaled,
+  // soft-capped logit. Without softcap they are divided by the scale and
+  // start the tile's Q K^T accumulator (ScoreMask::init_bias; the loads go
+  // out before the wait for K), so the softmax keeps its units c; after
+  // softcap (c = score_log2 = log2(e)) they are added as they are.
+  const bool softcapped = kScoreOps && p.softcap_out != 0.f;
+  const bool biased = kScoreOps && has_bias_or_alibi(p);
+  const bool bias_init = biased && !softcapped;
 
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
     const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
+    const int n0 = t * Cfg::kBlockN;
+    float s[Cfg::kMSlices][Cfg::kNTiles][4];
+    if (bias_init)
+      ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale,
+                                                        row0, n0, lane);
     cp_async_wait<1>();  // K[t] landed (this thread's part) ...
     __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
     const int n_next = (t + 1) * Cfg::kBlockN;
@@ -609,24 +628,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if (t + 1 < w.t_end) load_v(sV + next, n_next);
     cp_async_commit();
 
-    float s[Cfg::kMSlices][Cfg::kNTiles][4];
+    if (!bias_init)
 #pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
 #pragma unroll
-      for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+        for (int nt = 0; nt < Cfg::kNTiles; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
+          for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
     WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
 
-    if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
-    const int n0 = t * Cfg::kBlockN;
+    if (softcapped) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
     const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
+    if (biased && softcapped)
+      ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0,
+                                                       n0, lane);
     if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
     sm.update(s, o, p.score_log2);
 
     cp_async_wait<2>();  // V[t] landed (this thread's part)
-    // The barrier doubles as the vote of NonFiniteV: only edge tiles look.
-    const bool guard = __syncthreads_or(kGuardNonFiniteV && edge &&
+    // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
+    // and every tile under a bias tensor (its -inf entries hide keys from
+    // some rows only).
+    const bool guard = __syncthreads_or(kGuardNonFiniteV && (edge || (kScoreOps && p.bias != nullptr)) &&
                                         NonFiniteV<T>::template in_own_chunks<Cfg, Cfg::kBlockN>(
                                             smem + (sV + stage - sQ), tid)) != 0;
     if (kGuardNonFiniteV && guard)

@@ -12,9 +12,9 @@
 
 namespace fmha::cuda::sm80 {
 
-template <class T, class Cfg, bool kSoftcap, SeqMode kMode>
+template <class T, class Cfg, bool kScoreOps, SeqMode kMode>
 fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
-  const void* kernel = reinterpret_cast<const void*>(fwd_kernel<T, Cfg, kSoftcap, kMode>);
+  const void* kernel = reinterpret_cast<const void*>(fwd_kernel<T, Cfg, kScoreOps, kMode>);
   static SmemOptIn opt_in;          // one per instantiation, i.e. per kernel
   static KernelLauncher launcher;   // likewise
   const fmha_status s = opt_in.ensure(kernel, Cfg::kSmemBytes, a.device, "cuda_sm80_tc forward");
@@ -26,10 +26,10 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
 
 template <class T, class Cfg, SeqMode kMode>
 fmha_status launch_fwd_mode(const FwdParams& p, const LaunchArgs& a) {
-  return a.softcap ? launch_fwd_kernel<T, Cfg, true, kMode>(p, a) : launch_fwd_kernel<T, Cfg, false, kMode>(p, a);
+  return a.score_ops ? launch_fwd_kernel<T, Cfg, true, kMode>(p, a) : launch_fwd_kernel<T, Cfg, false, kMode>(p, a);
 }
 
-// One kernel per (softcap, layout): dense problems run the instantiation
+// One kernel per (score ops, layout): dense problems run the instantiation
 // that reads no sequence metadata, paged ones the one with the gather.
 template <class T, class Cfg>
 fmha_status launch_fwd_config(const FwdParams& p, const LaunchArgs& a) {

@@ -19,7 +19,7 @@ namespace fmha::cuda::sm80 {
 struct LaunchArgs {
   int64_t blocks;        // num_m_tiles * units * num_splits (< 2^31)
   bool narrow;           // Sm80Tuning<D>::Narrow instead of ::Wide
-  bool softcap;
+  bool score_ops;         // softcap, bias or ALiBi: the kScoreOps kernel
   SeqMode mode;          // the operand layout (seq_mode of FwdParams::layout)
   int device;            // the current device ordinal
   cudaStream_t stream;

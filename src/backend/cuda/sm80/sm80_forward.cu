@@ -146,7 +146,7 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   sm80::LaunchArgs a;
   a.blocks = plan.grid.blocks();
   a.narrow = plan.narrow;
-  a.softcap = p.softcap != 0.f;
+  a.score_ops = p.softcap != 0.f || p.has_bias() || p.alibi_slopes != nullptr;
   a.mode = seq_mode(p.layout);
   if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   a.device = dev.ordinal;

@@ -4,9 +4,11 @@
 //                       once, then K and V tiles into a ring of kStages
 //                       stages, each guarded by a full and an empty mbarrier
 //   consumer warpgroups each owns 64 query rows: S = Q K^T by wgmma from
-//                       shared memory, softcap / mask / online softmax in
-//                       registers (common/), P converted in registers and
-//                       O += P V by wgmma with A from registers
+//                       shared memory, softcap / bias + ALiBi / mask /
+//                       online softmax in registers (common/), P converted
+//                       in registers and O += P V by wgmma with A from
+//                       registers; q/k descales scale the logits, v_descale
+//                       O
 //   epilogue            O / l staged in shared memory and written by the
 //                       copy engine (rows past the sequence are clipped),
 //                       lse from registers; or the split-KV partials for the
@@ -34,6 +36,7 @@
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/epilogue.cuh"
 #include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/score_mask.cuh"
 #include "backend/cuda/common/softmax.cuh"
 #include "backend/cuda/common/tile_scheduler.h"
@@ -248,13 +251,18 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
   }
 }
 
-template <class T, class Cfg, bool kSoftcap, bool kServing>
+// kScoreOps: the instantiation for problems that transform the scores
+// (softcap, bias, ALiBi, q/k/v descales; each under a run-time uniform
+// branch). The other runs none of them: the plain path carries no code for
+// them. kServing: ragged, seqused_k and paged batches (TileWork).
+template <class T, class Cfg, bool kScoreOps, bool kServing>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps, int* tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim;
-  // Q's A fragments in registers (tile_config.h); with softcap they would spill.
-  constexpr bool kQInRegs = Cfg::kQInRegs && !kSoftcap;
+  // Q's A fragments in registers (tile_config.h); with the score ops
+  // (softcap, the bias loads) they would spill.
+  constexpr bool kQInRegs = Cfg::kQInRegs && !kScoreOps;
   constexpr int kNTiles = Cfg::kBlockN / 8;
   constexpr int kDTiles = D / 8;
   using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
@@ -301,6 +309,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto& s_flat = reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s);
   uint32_t pf[Cfg::kBlockN / 16][4];  // P as the m16n8k16 A fragments of P V's k16 steps
   float alpha[1][2];
+  // 1 while s holds the key tile's bias terms (ScoreMask::init_bias), the
+  // starting value of its Q K^T (kScoreOps only).
+  uint32_t s_init = 0;
 
   // S = Q K^T of the stage's K tile over D / 16 k-steps (k-step ks is 32
   // bytes into panel ks / 4); committed, not waited for.
@@ -341,10 +352,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint64_t b = desc_advance(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32);
       if constexpr (kQInRegs)
-        MmaRs<T, Cfg::kBlockN, 0>::run(s_flat, qf[ks], b, ks > 0 ? 1u : 0u);
+        MmaRs<T, Cfg::kBlockN, 0>::run(s_flat, qf[ks], b, ks > 0 ? 1u : kScoreOps ? s_init : 0u);
       else
         MmaSs<T, Cfg::kBlockN, 0, 0>::run(s_flat, desc_advance(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32),
-                                          b, ks > 0 ? 1u : 0u);
+                                          b, ks > 0 ? 1u : kScoreOps ? s_init : 0u);
     }
     wgmma_commit();
   };
@@ -444,11 +455,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
   };
-  // Whether P V of key tile t (in stage `ps`) must take pv_guarded.
+  // Whether P V of key tile t (in stage `ps`) must take pv_guarded. Under
+  // a bias tensor every tile may have a hidden key (a -inf entry).
   auto needs_guard = [&](const TileWork<Cfg, kServing>& tw, int t, const PipeState<Cfg::kStages>& ps) {
     if constexpr (!Cfg::kGuardNonFiniteV) return false;
     const int n0 = t * Cfg::kBlockN;
-    return !tw.kt.unmasked(n0, n0 + Cfg::kBlockN) && v_nonfinite(ps.stage, ps.phase);
+    return ((kScoreOps && p.bias != nullptr) || !tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) &&
+           v_nonfinite(ps.stage, ps.phase);
   };
 
   // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the
@@ -478,16 +491,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int e = 0; e < 4; ++e) o[0][dt][e] = 0.f;
     Softmax softmax;
     softmax.init();
+    // The logit of raw score x is scale * qk * x (qk: the tile's q/k
+    // descales, 1 without), soft-capped; that folds into the softmax's units
+    // c (or softcap's input). A bias or ALiBi term: without softcap, divided
+    // by the scale, it is the starting value of the tile's Q K^T
+    // (ScoreMask::init_bias, loaded while s is free, ahead of the MMA);
+    // after softcap it is added in natural units (softcap's output, c =
+    // score_log2 = log2(e)). The plain instantiation has none of it.
+    const float qk = kScoreOps ? qk_descale(p, tw.w.b, tw.w.hk) : 1.f;
+    const bool softcapped = kScoreOps && p.softcap_out != 0.f;
+    const bool biased = kScoreOps && has_bias_or_alibi(p);
+    const bool bias_init = biased && !softcapped;
+    const float c = (!kScoreOps || softcapped) ? p.score_log2 : p.score_log2 * qk;
+    s_init = bias_init ? 1u : 0u;
+    // The bias terms of key tile t into s, before its Q K^T is issued.
+    auto preload = [&](int t) {
+      if (bias_init)
+        ScoreMask<1, kNTiles>::init_bias(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), p.scale * qk, row0,
+                                         t * Cfg::kBlockN, lane);
+    };
     // Scores of key tile t -> probabilities (in s) and the O rescale factor.
     auto score = [&](int t) {
       fence_operands(s_flat);
-      if constexpr (kSoftcap) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
+      if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
+      if (biased && softcapped)
+        ScoreMask<1, kNTiles>::add_bias(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), 1.f, row0, n0, lane);
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) {
         if constexpr (kServing) ScoreMask<1, kNTiles>::apply(s, p, tw.len_k(p), tw.diag(p), row0, n0, lane);
         else ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
       }
-      return softmax.step(s, p.score_log2, alpha);
+      return softmax.step(s, c, alpha);
     };
     // With a separate O buffer, Q is free after the tile's last Q K^T;
     // otherwise after the O store has read it (below).
@@ -507,6 +541,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // The last consumer lets consumer 0 go first; it skips its last pass
       // below, so every arrival meets a wait.
       if (cw == Cfg::kConsumers - 1) turn_pass();
+      preload(t_begin);
       turn_wait();
       issue_qk(st.stage, st.phase);
       turn_pass();
@@ -515,6 +550,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (kReleaseQAfterQk && t_begin + 1 == t_end) release_q();
       score(t_begin);  // O is still 0: nothing to rescale
       pack_p();
+      if (t_begin + 1 < t_end) preload(t_begin + 1);
       PipeState<Cfg::kStages> prev = st;
       st.advance();
       // Steady state: S of tile t and O += P V of tile t - 1 in flight
@@ -544,6 +580,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (leader) mbar_arrive(sm.v_empty(prev.stage));
         if (moved) Softmax::rescale(o, alpha);
         pack_p();
+        if (t + 1 < t_end) preload(t + 1);
         prev = st;
         st.advance();
       }
@@ -564,7 +601,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     softmax.finish();
-    const float lse_scale = p.score_log2 * kLn2;
+    // v_descale multiplies O (and the split partials' o), never lse.
+    if (kScoreOps && p.v_descale != nullptr) {
+      const float vd = descale_at(p.v_descale, p, tw.w.b, tw.w.hk);
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[0][dt][e] *= vd;
+    }
+    const float lse_scale = c * kLn2;
     const int lane_row = row0 + lane / 4;
     if (p.num_splits > 1) {
       store_split_partials<1, kDTiles, D>(p, tw.w, lane_row, o, softmax.m, softmax.l, lse_scale, lane);

@@ -31,7 +31,7 @@ inline fmha_status operand_map(const Problem& p, const Operand& op, const int64_
   return make_panel_map(t, box_rows, out);
 }
 
-template <class T, class Cfg, bool kSoftcap, bool kServing>
+template <class T, class Cfg, bool kScoreOps, bool kServing>
 fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   const Problem& p = *a.problem;
   FwdMaps maps;
@@ -46,7 +46,7 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   if (s == FMHA_SUCCESS) s = operand_map(p, p.v, kv_dims, kv_box, &maps.v);
   if (s == FMHA_SUCCESS) s = operand_map(p, p.o, q_dims, 64, &maps.o);
   if (s != FMHA_SUCCESS) return s;
-  const auto kernel = fwd_kernel<T, Cfg, kSoftcap, kServing>;
+  const auto kernel = fwd_kernel<T, Cfg, kScoreOps, kServing>;
   static SmemOptIn opt_in;  // one per instantiation, i.e. per kernel
   s = opt_in.ensure(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, a.device, "cuda_sm90_ws forward");
   if (s != FMHA_SUCCESS) return s;
@@ -63,12 +63,13 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
 template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   using Cfg = typename Sm90Tuning<kHeadDim>::Config;
-  // One kernel per (softcap, serving layout): the dense one reads no metadata.
+  // One kernel per (score ops, serving layout): the plain dense one reads
+  // no metadata and runs no score transform.
   const bool serving = f.layout.any();
-  const fmha_status s = a.softcap ? (serving ? launch_fwd_kernel<T, Cfg, true, true>(f, a)
-                                             : launch_fwd_kernel<T, Cfg, true, false>(f, a))
-                                  : (serving ? launch_fwd_kernel<T, Cfg, false, true>(f, a)
-                                             : launch_fwd_kernel<T, Cfg, false, false>(f, a));
+  const fmha_status s = a.score_ops ? (serving ? launch_fwd_kernel<T, Cfg, true, true>(f, a)
+                                               : launch_fwd_kernel<T, Cfg, true, false>(f, a))
+                                    : (serving ? launch_fwd_kernel<T, Cfg, false, true>(f, a)
+                                               : launch_fwd_kernel<T, Cfg, false, false>(f, a));
   if (s != FMHA_SUCCESS || f.num_splits == 1) return s;
   return launch_split_combine<T>(fwd_combine_params(f), a.stream);
 }

@@ -147,6 +147,8 @@ const char* sm90_supports(const Problem& p, const DeviceInfo& dev) {
 
 const char* sm90_declines(const Problem& p, const DeviceInfo& dev) {
   (void)dev;
+  // cuda_sm80_tc's row does not declare descales: such problems stay here.
+  if (p.has_descale()) return nullptr;
   if (p.seq_q * p.group_size() <= kMaxPackedRowsForSm80)
     return "decode-like (seq_q x GQA group <= 128 rows): cuda_sm80_tc packs the group and is faster";
   return nullptr;
@@ -177,7 +179,7 @@ fmha_status sm90_forward(const Problem& p, const LaunchContext& ctx) {
   a.tile_counter =
       plan.persistent ? reinterpret_cast<int*>(static_cast<unsigned char*>(ctx.workspace) + counter_offset(p, plan))
                       : nullptr;
-  a.softcap = p.softcap != 0.f;
+  a.score_ops = p.softcap != 0.f || p.has_bias() || p.alibi_slopes != nullptr || p.has_descale();
   a.device = dev.ordinal;
   a.stream = static_cast<cudaStream_t>(ctx.stream);
   fmha_status status = FMHA_ERROR_INTERNAL;
