@@ -90,6 +90,20 @@ struct FwdParams {
   int64_t alibi_stride;
 };
 
+// Which score transforms an instantiation compiles (the tensor-core
+// families instantiate one kernel per value and pick it per problem):
+// none; softcap alone (its own kernel, as before 0.3: the tanh needs
+// registers the plain kernel keeps for Q); or every transform of fmha.h
+// 0.3 (softcap, bias, ALiBi, descales, each under a run-time uniform
+// branch), whose bias loads cost registers a softcap-only problem should
+// not pay for.
+enum class ScoreOps { kNone, kSoftcap, kAll };
+
+inline ScoreOps score_ops_of(const Problem& p) {
+  if (p.has_bias() || p.alibi_slopes != nullptr || p.has_descale()) return ScoreOps::kAll;
+  return p.softcap != 0.f ? ScoreOps::kSoftcap : ScoreOps::kNone;
+}
+
 // Which operand layout a launch reads, for families that instantiate a
 // kernel per layout (the dense one then reads no metadata at all).
 enum class SeqMode {

@@ -251,17 +251,19 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
   }
 }
 
-// kScoreOps: the instantiation for problems that transform the scores
-// (softcap, bias, ALiBi, q/k/v descales; each under a run-time uniform
-// branch). The other runs none of them: the plain path carries no code for
-// them. kServing: ragged, seqused_k and paged batches (TileWork).
-template <class T, class Cfg, bool kScoreOps, bool kServing>
+// kOps: the score transforms this instantiation compiles (common/
+// fwd_params.h: none, softcap alone, or all of them, each then under a
+// run-time uniform branch); the plain path carries no code for them.
+// kServing: ragged, seqused_k and paged batches (TileWork).
+template <class T, class Cfg, ScoreOps kOps, bool kServing>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps, int* tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim;
   // Q's A fragments in registers (tile_config.h); with the score ops
   // (softcap, the bias loads) they would spill.
+  constexpr bool kScoreOps = kOps != ScoreOps::kNone;
+  constexpr bool kAllOps = kOps == ScoreOps::kAll;
   constexpr bool kQInRegs = Cfg::kQInRegs && !kScoreOps;
   constexpr int kNTiles = Cfg::kBlockN / 8;
   constexpr int kDTiles = D / 8;
@@ -310,7 +312,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint32_t pf[Cfg::kBlockN / 16][4];  // P as the m16n8k16 A fragments of P V's k16 steps
   float alpha[1][2];
   // 1 while s holds the key tile's bias terms (ScoreMask::init_bias), the
-  // starting value of its Q K^T (kScoreOps only).
+  // starting value of its Q K^T (kAllOps only).
   uint32_t s_init = 0;
 
   // S = Q K^T of the stage's K tile over D / 16 k-steps (k-step ks is 32
@@ -352,10 +354,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint64_t b = desc_advance(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32);
       if constexpr (kQInRegs)
-        MmaRs<T, Cfg::kBlockN, 0>::run(s_flat, qf[ks], b, ks > 0 ? 1u : kScoreOps ? s_init : 0u);
+        MmaRs<T, Cfg::kBlockN, 0>::run(s_flat, qf[ks], b, ks > 0 ? 1u : kAllOps ? s_init : 0u);
       else
         MmaSs<T, Cfg::kBlockN, 0, 0>::run(s_flat, desc_advance(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32),
-                                          b, ks > 0 ? 1u : kScoreOps ? s_init : 0u);
+                                          b, ks > 0 ? 1u : kAllOps ? s_init : 0u);
     }
     wgmma_commit();
   };
@@ -460,7 +462,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto needs_guard = [&](const TileWork<Cfg, kServing>& tw, int t, const PipeState<Cfg::kStages>& ps) {
     if constexpr (!Cfg::kGuardNonFiniteV) return false;
     const int n0 = t * Cfg::kBlockN;
-    return ((kScoreOps && p.bias != nullptr) || !tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) &&
+    return ((kAllOps && p.bias != nullptr) || !tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) &&
            v_nonfinite(ps.stage, ps.phase);
   };
 
@@ -498,11 +500,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // (ScoreMask::init_bias, loaded while s is free, ahead of the MMA);
     // after softcap it is added in natural units (softcap's output, c =
     // score_log2 = log2(e)). The plain instantiation has none of it.
-    const float qk = kScoreOps ? qk_descale(p, tw.w.b, tw.w.hk) : 1.f;
-    const bool softcapped = kScoreOps && p.softcap_out != 0.f;
-    const bool biased = kScoreOps && has_bias_or_alibi(p);
+    const float qk = kAllOps ? qk_descale(p, tw.w.b, tw.w.hk) : 1.f;
+    const bool softcapped = kOps == ScoreOps::kSoftcap || (kAllOps && p.softcap_out != 0.f);
+    const bool biased = kAllOps && has_bias_or_alibi(p);
     const bool bias_init = biased && !softcapped;
-    const float c = (!kScoreOps || softcapped) ? p.score_log2 : p.score_log2 * qk;
+    const float c = (!kAllOps || softcapped) ? p.score_log2 : p.score_log2 * qk;
     s_init = bias_init ? 1u : 0u;
     // The bias terms of key tile t into s, before its Q K^T is issued.
     auto preload = [&](int t) {
@@ -602,7 +604,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     softmax.finish();
     // v_descale multiplies O (and the split partials' o), never lse.
-    if (kScoreOps && p.v_descale != nullptr) {
+    if (kAllOps && p.v_descale != nullptr) {
       const float vd = descale_at(p.v_descale, p, tw.w.b, tw.w.hk);
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt)

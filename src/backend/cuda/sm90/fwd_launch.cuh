@@ -2,6 +2,8 @@
 // per-instantiation translation units fwd_<dtype>_d<D>.cu (sm_90a).
 #pragma once
 
+#include <type_traits>
+
 #include "backend/cuda/common/smem_opt_in.h"
 #include "backend/cuda/common/split_combine.h"
 #include "backend/cuda/cuda_device.h"
@@ -31,7 +33,7 @@ inline fmha_status operand_map(const Problem& p, const Operand& op, const int64_
   return make_panel_map(t, box_rows, out);
 }
 
-template <class T, class Cfg, bool kScoreOps, bool kServing>
+template <class T, class Cfg, ScoreOps kOps, bool kServing>
 fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   const Problem& p = *a.problem;
   FwdMaps maps;
@@ -46,7 +48,7 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   if (s == FMHA_SUCCESS) s = operand_map(p, p.v, kv_dims, kv_box, &maps.v);
   if (s == FMHA_SUCCESS) s = operand_map(p, p.o, q_dims, 64, &maps.o);
   if (s != FMHA_SUCCESS) return s;
-  const auto kernel = fwd_kernel<T, Cfg, kScoreOps, kServing>;
+  const auto kernel = fwd_kernel<T, Cfg, kOps, kServing>;
   static SmemOptIn opt_in;  // one per instantiation, i.e. per kernel
   s = opt_in.ensure(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, a.device, "cuda_sm90_ws forward");
   if (s != FMHA_SUCCESS) return s;
@@ -63,13 +65,16 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
 template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   using Cfg = typename Sm90Tuning<kHeadDim>::Config;
-  // One kernel per (score ops, serving layout): the plain dense one reads
-  // no metadata and runs no score transform.
-  const bool serving = f.layout.any();
-  const fmha_status s = a.score_ops ? (serving ? launch_fwd_kernel<T, Cfg, true, true>(f, a)
-                                               : launch_fwd_kernel<T, Cfg, true, false>(f, a))
-                                    : (serving ? launch_fwd_kernel<T, Cfg, false, true>(f, a)
-                                               : launch_fwd_kernel<T, Cfg, false, false>(f, a));
+  // One kernel per (score transforms, serving layout): the plain dense one
+  // reads no metadata and runs no score transform.
+  auto by_layout = [&](auto ops) {
+    constexpr ScoreOps kOps = decltype(ops)::value;
+    return f.layout.any() ? launch_fwd_kernel<T, Cfg, kOps, true>(f, a) : launch_fwd_kernel<T, Cfg, kOps, false>(f, a);
+  };
+  const fmha_status s =
+      a.ops == ScoreOps::kAll       ? by_layout(std::integral_constant<ScoreOps, ScoreOps::kAll>{})
+      : a.ops == ScoreOps::kSoftcap ? by_layout(std::integral_constant<ScoreOps, ScoreOps::kSoftcap>{})
+                                    : by_layout(std::integral_constant<ScoreOps, ScoreOps::kNone>{});
   if (s != FMHA_SUCCESS || f.num_splits == 1) return s;
   return launch_split_combine<T>(fwd_combine_params(f), a.stream);
 }

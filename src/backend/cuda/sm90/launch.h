@@ -22,7 +22,7 @@ struct LaunchArgs {
   int64_t blocks;          // work tiles (< 2^31)
   int num_sms;             // the persistent grid's size
   int* tile_counter;       // persistent grids: the work counter (workspace)
-  bool score_ops;          // softcap, bias, ALiBi or descales: the kScoreOps kernel
+  ScoreOps ops;            // the score transforms' instantiation (common/fwd_params.h)
   int device;              // the current device ordinal
   cudaStream_t stream;
 };

@@ -179,7 +179,7 @@ fmha_status sm90_forward(const Problem& p, const LaunchContext& ctx) {
   a.tile_counter =
       plan.persistent ? reinterpret_cast<int*>(static_cast<unsigned char*>(ctx.workspace) + counter_offset(p, plan))
                       : nullptr;
-  a.score_ops = p.softcap != 0.f || p.has_bias() || p.alibi_slopes != nullptr || p.has_descale();
+  a.ops = score_ops_of(p);
   a.device = dev.ordinal;
   a.stream = static_cast<cudaStream_t>(ctx.stream);
   fmha_status status = FMHA_ERROR_INTERNAL;
