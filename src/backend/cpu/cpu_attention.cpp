@@ -59,6 +59,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/cpu_amx.h"
 #include "backend/cpu/cpu_convert.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/thread_pool.h"
@@ -88,6 +89,11 @@
 // baseline only.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FMHA_CPU_BASELINE_ONLY)
 #define FMHA_CPU_X86_VARIANTS 1
+#define FMHA_CPU_TARGET_AMX                                                                               \
+  __attribute__((target("amx-tile,amx-bf16,avx512fp16,avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma," \
+                        "f16c")))
+#define FMHA_CPU_TARGET_AVX512FP16 \
+  __attribute__((target("avx512fp16,avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define FMHA_CPU_TARGET_AVX512BF16 \
   __attribute__((target("avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define FMHA_CPU_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
@@ -216,6 +222,8 @@ int64_t partial_bytes(const Problem& p, const Plan& plan) {
 struct ScratchLayout {
   int64_t rows, keys, dp;  // tile shape; dp = head_dim padded to kMicroCols
   int64_t qt, k, v, s, o;  // float arrays
+  int64_t pp;              // amx path: P as BF16 hi and lo planes, rows x keys each
+  int64_t row;             // float[dp]: one converted row
   int64_t m, l, alpha, m_safe, tile_max, tile_sum;  // float[rows]
   int64_t lo, hi;          // int64[rows]: each row's key range
   int64_t c0, c1;          // int32[rows]: the range relative to one tile
@@ -240,6 +248,8 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.v = take(s.keys * s.dp * f);         // V tile: keys x dp
   s.s = take(s.keys * s.rows * f);       // S, then P: keys x rows
   s.o = take(s.rows * s.dp * f);         // o: rows x dp
+  s.pp = take(2 * s.rows * s.keys * static_cast<int64_t>(sizeof(uint16_t)));
+  s.row = take(s.dp * f);
   s.m = take(s.rows * f);
   s.l = take(s.rows * f);
   s.alpha = take(s.rows * f);
@@ -901,14 +911,24 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // BF16 scores with vdpbf16ps (avx512bf16 path, unpacked blocks): Q and
   // the K tiles stay raw BF16 (see bf16_score_tile); V still converts to FP32.
 #if FMHA_CPU_X86_VARIANTS
-  constexpr bool kBf16Dot = kIsa == CpuIsa::kAvx512Bf16;
+  constexpr bool kBf16Dot = kIsa >= CpuIsa::kAvx512Bf16;
+  constexpr bool kAmx = kIsa == CpuIsa::kAmx;
 #else
   constexpr bool kBf16Dot = false;
+  constexpr bool kAmx = false;
 #endif
   // Q and K both BF16 (fmha.h 0.3 allows FP8 K/V beside a BF16 q: those
   // take the FP32 path).
   const bool bf16_qk = dt == FMHA_DTYPE_BF16 && p.kv_dtype == FMHA_DTYPE_BF16;
-  const bool bf16_scores = kBf16Dot && bf16_qk && !dot;
+  // AMX (amx path, blocks of the padded product, q and K/V both BF16 or
+  // both F16): both products on tiles (cpu_amx.h). Q (VNNI, unscaled) and
+  // each K tile (rows of DP) go in as BF16 planes, V tiles in VNNI form,
+  // P rows x keys: one plane (hi) for BF16 data, hi and lo planes for F16
+  // data and for P (amx::split: F16 exactly, P to 16 bits).
+  const bool f16_qkv = dt == FMHA_DTYPE_F16 && p.kv_dtype == FMHA_DTYPE_F16;
+  const bool amx = kAmx && !dot && (bf16_qk || f16_qkv);
+  const bool amx_split = amx && f16_qkv;
+  const bool bf16_scores = kBf16Dot && bf16_qk && !dot && !amx;
   // Likewise for packed dot-product blocks (bf16_dot_tile): Q rows and K
   // tile rows raw BF16, DP elements apart, zero past head_dim.
   const bool bf16_dots = kBf16Dot && bf16_qk && dot;
@@ -932,6 +952,17 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   int64_t* hi = at_offset<int64_t>(base, L.hi);
   int32_t* c0 = at_offset<int32_t>(base, L.c0);
   int32_t* c1 = at_offset<int32_t>(base, L.c1);
+  float* row = at_offset<float>(base, L.row);
+  // The amx path's BF16 planes: hi, then lo, in the arrays of Q^T, the K
+  // and V tiles and pp.
+  uint16_t* q_hi = reinterpret_cast<uint16_t*>(qt);
+  uint16_t* q_lo = q_hi + DP * BR;
+  uint16_t* k_hi = reinterpret_cast<uint16_t*>(kt);
+  uint16_t* k_lo = k_hi + L.keys * DP;
+  uint16_t* v_hi = reinterpret_cast<uint16_t*>(vt);
+  uint16_t* v_lo = v_hi + L.keys * DP;
+  uint16_t* p_hi = at_offset<uint16_t>(base, L.pp);
+  uint16_t* p_lo = p_hi + BR * L.keys;
 
   // Each row's visible keys [lo, hi) (mask.h). Padding rows copy the last
   // real row, so they never widen the block's range or add edge tiles.
@@ -965,7 +996,20 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const Operand& q = p.q;
     const char* q_data = static_cast<const char*>(q.data);
     const float scale = qk_scale;
-    if (bf16_scores) {
+    if (amx) {
+      // Q^T in VNNI form (element (d, r) at vnni_at(d, r, BR)), unscaled,
+      // zero past head_dim and for padding rows.
+      for (int64_t r = 0; r < np; ++r) {
+        if (r < nr) {
+          load_row<kIsa>(q_data + sq.row_at(q, h_of(r), i_of(r)) * dtype_size(dt), q.stride[3], D, dt, row);
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t at = amx::vnni_at(d, r, BR);
+            amx::split(row[d], q_hi + at, q_lo + at);
+          }
+        }
+        for (int64_t d = r < nr ? D : 0; d < DP; ++d) q_hi[amx::vnni_at(d, r, BR)] = q_lo[amx::vnni_at(d, r, BR)] = 0;
+      }
+    } else if (bf16_scores) {
       // qp[pair][row][2], unscaled; zero past head_dim and for padding rows.
       uint16_t* qp = reinterpret_cast<uint16_t*>(qt);
       for (int64_t r = 0; r < np; ++r) {
@@ -986,7 +1030,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         for (int64_t d = D; d < DP; ++d) qr[r * DP + d] = 0;
       }
     }
-    for (int64_t r = 0; r < np && !bf16_raw; ++r) {
+    for (int64_t r = 0; r < np && !bf16_raw && !amx; ++r) {
       if (r < nr) {
         const int64_t at = sq.row_at(q, h_of(r), i_of(r));
         load_row<kIsa>(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
@@ -1061,6 +1105,33 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
       int64_t k_at, v_at;
       sq.key_at(hk, j0 + j, &k_at, &v_at);
+      if (amx) {
+        // K row j of the planes (DP apart, zero past head_dim) and V row j
+        // in VNNI form (element (j, x) at vnni_at(j, x, DP)).
+        const char* ks = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
+        const char* vs = static_cast<const char*>(v.data) + v_at * dtype_size(kvt);
+        uint16_t* kh = k_hi + j * DP;
+        uint16_t* kl = k_lo + j * DP;
+        if (amx_split) {
+          load_row<kIsa>(ks, k.stride[3], D, kvt, row);
+          for (int64_t d = 0; d < D; ++d) amx::split(row[d], kh + d, kl + d);
+          load_row<kIsa>(vs, v.stride[3], D, kvt, row);
+          for (int64_t x = 0; x < D; ++x) {
+            const int64_t at = amx::vnni_at(j, x, DP);
+            amx::split(row[x], v_hi + at, v_lo + at);
+          }
+        } else {
+          const uint16_t* k16 = reinterpret_cast<const uint16_t*>(ks);
+          const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs);
+          for (int64_t d = 0; d < D; ++d) kh[d] = k16[d * k.stride[3]];
+          for (int64_t x = 0; x < D; ++x) v_hi[amx::vnni_at(j, x, DP)] = v16[x * v.stride[3]];
+        }
+        for (int64_t d = D; d < DP; ++d) {
+          kh[d] = kl[d] = 0;
+          v_hi[amx::vnni_at(j, d, DP)] = v_lo[amx::vnni_at(j, d, DP)] = 0;
+        }
+        continue;
+      }
       if (bf16_raw) {  // the raw BF16 row, an odd head_dim padded to a whole pair
         uint16_t* kr = reinterpret_cast<uint16_t*>(kt) + j * k_raw_ld;
         const uint16_t* ks = static_cast<const uint16_t*>(k.data) + k_at;
@@ -1082,9 +1153,24 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // reaches its O (fmha.h, "Non-finite data"). Finite tiles, the rule,
     // take the register-blocked product, where 0 * v = 0 exactly.
     uint32_t v_nonfinite = 0;
-    for (int64_t j = 0; j < bc; ++j) {
-      const float* vj = vt + j * DP;
-      for (int64_t d = 0; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
+    // amx: the keys of the tile's last 32-key step past bc are zero in K
+    // and V (a stale NaN there would meet P's zero padding); V is checked
+    // on its hi plane (an F16 inf or NaN stays one in BF16, and no finite
+    // F16 value overflows BF16).
+    const int64_t kp = round_up(bc, amx::kBlock);
+    if (amx) {
+      for (int64_t j = bc; j < kp; ++j) {
+        std::memset(k_hi + j * DP, 0, DP * sizeof(uint16_t));
+        std::memset(k_lo + j * DP, 0, DP * sizeof(uint16_t));
+        for (int64_t x = 0; x < DP; ++x) v_hi[amx::vnni_at(j, x, DP)] = v_lo[amx::vnni_at(j, x, DP)] = 0;
+      }
+      for (int64_t j = 0; j < bc; ++j)
+        for (int64_t x = 0; x < D; ++x) v_nonfinite |= (v_hi[amx::vnni_at(j, x, DP)] & 0x7f80u) == 0x7f80u;
+    } else {
+      for (int64_t j = 0; j < bc; ++j) {
+        const float* vj = vt + j * DP;
+        for (int64_t d = 0; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
+      }
     }
 
     const bool edge = j0 < full_lo || j0 + bc > full_hi;
@@ -1100,6 +1186,16 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
     } else {
       // S = K_tile . (scale Q)^T, keys x rows.
+#if FMHA_CPU_AMX
+      if (amx) {
+        // S = K_tile . Q^T on tiles, keys [0, kp) x rows [0, np), then the
+        // scale on the FP32 sums (as bf16_score_tile).
+        const amx::Term terms[] = {{k_hi, q_hi}, {k_hi, q_lo}, {k_lo, q_hi}};
+        amx::gemm_amx(terms, amx_split ? 3 : 1, DP, BR, s, BR, kp, np, DP, false);
+        for (int64_t j = 0; j < bc; ++j)
+          for (int64_t r = 0; r < np; ++r) s[j * BR + r] *= qk_scale;
+      } else
+#endif
 #if FMHA_CPU_X86_VARIANTS
       if (bf16_scores)
         bf16_score_tile(reinterpret_cast<const uint16_t*>(kt), 2 * pairs, reinterpret_cast<const uint16_t*>(qt), BR, s,
@@ -1171,9 +1267,31 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // rows (s_key = BR, s_row = 1) or, dot, rows x keys.
     const int64_t s_key = dot ? 1 : BR;
     const int64_t s_row = dot ? L.keys : 1;
-    if (!v_nonfinite) {
+    if (!v_nonfinite && amx) {
+#if FMHA_CPU_AMX
+      // P rows x keys as hi and lo planes (zero for keys [bc, kp)), o
+      // rescaled by alpha in memory, then o += P . V_tile on tiles.
+      for (int64_t r = 0; r < np; ++r) {
+        uint16_t* ph = p_hi + r * L.keys;
+        uint16_t* pl = p_lo + r * L.keys;
+        for (int64_t j = 0; j < bc; ++j) amx::split(s[j * BR + r], ph + j, pl + j);
+        for (int64_t j = bc; j < kp; ++j) ph[j] = pl[j] = 0;
+        float* orow = o + r * DP;
+        for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
+      }
+      const amx::Term terms[] = {{p_hi, v_hi}, {p_lo, v_hi}, {p_hi, v_lo}};
+      amx::gemm_amx(terms, amx_split ? 3 : 2, L.keys, DP, o, DP, np, DP, kp, true);
+#endif
+    } else if (!v_nonfinite) {
       gemm_rows<kRows, true>(s, s_row, s_key, vt, DP, o, DP, nr, DP, bc, alpha);
     } else {
+      if (amx)  // V again, as FP32 rows (over its planes), for the exact path
+        for (int64_t j = 0; j < bc; ++j) {
+          int64_t k_at, v_at;
+          sq.key_at(hk, j0 + j, &k_at, &v_at);
+          load_row<kIsa>(static_cast<const char*>(v.data) + v_at * dtype_size(kvt), v.stride[3], D, kvt, vt + j * DP);
+          std::memset(vt + j * DP + D, 0, (DP - D) * sizeof(float));
+        }
       for (int64_t r = 0; r < nr; ++r) {
         float* orow = o + r * DP;
         for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
@@ -1186,6 +1304,10 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
     }
   }
+
+#if FMHA_CPU_AMX
+  if (amx) amx::release_amx();
+#endif
 
   // One of several splits: the unnormalized state goes to the partials,
   // for merge_splits.
@@ -1289,6 +1411,14 @@ FMHA_CPU_TARGET_AVX512 void run_block_avx512(const Job& job, int64_t item, int w
 FMHA_CPU_TARGET_AVX512BF16 void run_block_avx512bf16(const Job& job, int64_t item, int worker) {
   run_block<CpuIsa::kAvx512Bf16>(job, item, worker);
 }
+
+FMHA_CPU_TARGET_AVX512FP16 void run_block_avx512fp16(const Job& job, int64_t item, int worker) {
+  run_block<CpuIsa::kAvx512Fp16>(job, item, worker);
+}
+
+FMHA_CPU_TARGET_AMX void run_block_amx(const Job& job, int64_t item, int worker) {
+  run_block<CpuIsa::kAmx>(job, item, worker);
+}
 #endif
 
 // The function of the path active_isa() chose (cpuid, then FMHA_CPU_ISA;
@@ -1296,6 +1426,8 @@ FMHA_CPU_TARGET_AVX512BF16 void run_block_avx512bf16(const Job& job, int64_t ite
 BlockFn select_block_fn() {
   switch (active_isa()) {
 #if FMHA_CPU_X86_VARIANTS
+    case CpuIsa::kAmx: return run_block_amx;
+    case CpuIsa::kAvx512Fp16: return run_block_avx512fp16;
     case CpuIsa::kAvx512Bf16: return run_block_avx512bf16;
     case CpuIsa::kAvx512: return run_block_avx512;
     case CpuIsa::kAvx2: return run_block_avx2;

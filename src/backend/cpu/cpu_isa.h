@@ -8,10 +8,16 @@
 //   avx512      AVX-512 F/BW/DQ/VL (+ the avx2 set)
 //   avx512bf16  avx512 + AVX512-BF16: BF16 Q.K^T (query blocks and decode
 //               dot products) with vdpbf16ps, FP32 sums; P.V stays FP32
-// Names reserved for kernels this build does not have (amx, avx512fp16,
-// neon) are recognized and refused with a message. Only x86-64 builds with
-// GCC or Clang have the paths above baseline; elsewhere everything is
-// baseline.
+//   avx512fp16  avx512bf16 + AVX512-FP16: F16 rows widen with vcvtph2psx;
+//               the products stay FP32 (FP16 arithmetic has no FP32-
+//               accumulating dot product on these CPUs: see cpu_amx.h)
+//   amx         avx512fp16 + AMX-TILE + AMX-BF16, and the OS granted the
+//               tile-data state (Linux arch_prctl ARCH_REQ_XCOMP_PERM,
+//               requested once): Q.K^T and P.V of query blocks with
+//               BF16 and F16 inputs on AMX tiles (cpu_amx.h), FP32 sums
+// The name neon is reserved for a kernel this build does not have: it is
+// recognized and refused with a message. Only x86-64 builds with GCC or
+// Clang have the paths above baseline; elsewhere everything is baseline.
 #pragma once
 
 #include <string>
@@ -23,13 +29,17 @@ enum class CpuIsa : int {
   kAvx2 = 1,
   kAvx512 = 2,
   kAvx512Bf16 = 3,
+  kAvx512Fp16 = 4,
+  kAmx = 5,
 };
 
-// "baseline", "avx2", "avx512", "avx512bf16".
+// "baseline", "avx2", "avx512", "avx512bf16", "avx512fp16", "amx".
 const char* isa_name(CpuIsa isa);
 
 // Whether this build has the path and this CPU (and OS: the register state
-// must be enabled in XCR0) can run it. Baseline is always available.
+// must be enabled in XCR0; for amx, the tile-data permission granted) can
+// run it. Baseline is always available. The first query of amx's
+// availability on a CPU with AMX makes the permission request.
 bool isa_available(CpuIsa isa);
 
 // The best available path.
