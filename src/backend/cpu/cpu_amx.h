@@ -15,10 +15,11 @@
 //     would round every element to 8 bits, ~2^-9 relative error on O: at
 //     the F16 tolerance (2e-3 rel L2), so it is not used.
 //   - P (FP32 weights in [0, 1]): hi + lo carries 16 significant bits
-//     (2^-17 relative), well inside every tolerance, against 2^-9 for P
-//     rounded to one BF16 plane.
-// So BF16 scores take one term, F16 scores three, P.V with BF16 V two
-// (Phi.V + Plo.V) and with F16 V three.
+//     (2^-17 relative), against 2^-9 for P rounded to one BF16 plane. Beside
+//     F16 V the split keeps F16's accuracy; beside BF16 V, P rounded to BF16
+//     stays well inside the BF16 tolerance (measured in cpu_attention.cpp),
+//     as the GPU kernels' P does.
+// So BF16 data takes one term per product, F16 data three.
 //
 // Layouts (element indices, BF16 values as uint16):
 //   A operand (left, m x depth): row-major, A[i][d] at i * lda + d.
@@ -39,8 +40,10 @@
 // Developer builds on a CPU without AMX: compiled with -DFMHA_CPU_AMX_MODEL
 // (CMAKE_CXX_FLAGS), gemm_amx runs ModelTiles instead of the hardware and
 // cpu_isa.cpp offers the amx and avx512fp16 paths wherever avx512bf16 runs
-// (neither run_block variant holds an FP16 or AMX instruction then), so the
-// whole CPU suite runs the amx path's packing and blocking, slowly. Never
+// (neither run_block variant holds an AMX instruction then), so the
+// whole CPU suite runs the amx path's packing and blocking, slowly (the
+// two run_block variants then target avx512bf16 only: with avx512fp16 GCC
+// moves 16-bit values through vmovw). Never
 // for a release: the paths' names would then lie about the hardware.
 #pragma once
 
