@@ -926,11 +926,14 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // take the FP32 path).
   const bool bf16_qk = dt == FMHA_DTYPE_BF16 && p.kv_dtype == FMHA_DTYPE_BF16;
   // AMX (amx path, blocks of the padded product, q and K/V both BF16 or
-  // both F16): both products on tiles (cpu_amx.h). Q (VNNI, unscaled) and
-  // each K tile (rows of DP) go in as BF16 planes, V tiles in VNNI form,
-  // P rows x keys: for BF16 data one plane each (P rounded to BF16), for
-  // F16 data hi and lo planes of everything (amx::split: F16 exactly, P to
-  // 16 bits).
+  // both F16): both products on tiles (cpu_amx.h), with the scores rows x
+  // keys as in the dot form (S = Q . K_tile^T, then softmax_rows), so P
+  // needs no transpose before P . V. Q (rows of DP, unscaled) goes in as
+  // the left operand, each K tile and V tile in VNNI form (element (d, j)
+  // of K^T at vnni_at(d, j, keys), (j, x) of V at vnni_at(j, x, DP)), P rows
+  // x keys: for BF16 data one BF16 plane each (P rounded to BF16), for F16
+  // data hi and lo planes of everything (amx::split: F16 exactly, P to 16
+  // bits).
   const bool f16_qkv = dt == FMHA_DTYPE_F16 && p.kv_dtype == FMHA_DTYPE_F16;
   const bool amx = kAmx && !dot && (bf16_qk || f16_qkv);
   const bool amx_split = amx && f16_qkv;
@@ -1003,18 +1006,20 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const char* q_data = static_cast<const char*>(q.data);
     const float scale = qk_scale;
     if (amx) {
-      // Q^T in VNNI form (element (d, r) at vnni_at(d, r, BR)), unscaled,
-      // zero past head_dim and for padding rows.
+      // Q rows of DP, unscaled, zero past head_dim and for padding rows.
       for (int64_t r = 0; r < np; ++r) {
+        uint16_t* qh = q_hi + r * DP;
+        uint16_t* ql = q_lo + r * DP;
         if (r < nr) {
           load_row<kIsa>(q_data + sq.row_at(q, h_of(r), i_of(r)) * dtype_size(dt), q.stride[3], D, dt, row);
-          for (int64_t d = 0; d < D; ++d) {
-            const int64_t at = amx::vnni_at(d, r, BR);
-            amx::split(row[d], q_hi + at, q_lo + at);
-          }
+          for (int64_t d = 0; d < D; ++d) amx::split(row[d], qh + d, ql + d);
         }
-        for (int64_t d = r < nr ? D : 0; d < DP; ++d) q_hi[amx::vnni_at(d, r, BR)] = q_lo[amx::vnni_at(d, r, BR)] = 0;
+        for (int64_t d = r < nr ? D : 0; d < DP; ++d) qh[d] = ql[d] = 0;
       }
+      // P's padding rows stay zero (so o's stay zero): softmax_rows runs
+      // over the block's rows only.
+      std::memset(p_hi + nr * L.keys, 0, (np - nr) * L.keys * sizeof(uint16_t));
+      std::memset(p_lo + nr * L.keys, 0, (np - nr) * L.keys * sizeof(uint16_t));
     } else if (bf16_scores) {
       // qp[pair][row][2], unscaled; zero past head_dim and for padding rows.
       uint16_t* qp = reinterpret_cast<uint16_t*>(qt);
@@ -1112,15 +1117,17 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       int64_t k_at, v_at;
       sq.key_at(hk, j0 + j, &k_at, &v_at);
       if (amx) {
-        // K row j of the planes (DP apart, zero past head_dim) and V row j
-        // in VNNI form (element (j, x) at vnni_at(j, x, DP)).
+        // Key j: column j of K^T and row j of V, both in VNNI form, zero
+        // past head_dim.
         const char* ks = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
         const char* vs = static_cast<const char*>(v.data) + v_at * dtype_size(kvt);
-        uint16_t* kh = k_hi + j * DP;
-        uint16_t* kl = k_lo + j * DP;
+        const int64_t KK = L.keys;
         if (amx_split) {
           load_row<kIsa>(ks, k.stride[3], D, kvt, row);
-          for (int64_t d = 0; d < D; ++d) amx::split(row[d], kh + d, kl + d);
+          for (int64_t d = 0; d < D; ++d) {
+            const int64_t at = amx::vnni_at(d, j, KK);
+            amx::split(row[d], k_hi + at, k_lo + at);
+          }
           load_row<kIsa>(vs, v.stride[3], D, kvt, row);
           for (int64_t x = 0; x < D; ++x) {
             const int64_t at = amx::vnni_at(j, x, DP);
@@ -1129,11 +1136,18 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         } else {
           const uint16_t* k16 = reinterpret_cast<const uint16_t*>(ks);
           const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs);
-          for (int64_t d = 0; d < D; ++d) kh[d] = k16[d * k.stride[3]];
+          if (k.stride[3] == 1 && (D & 1) == 0) {
+            // A pair (d, d + 1) of the row is one 32-bit word of K^T's VNNI
+            // form: whole pairs move at once.
+            uint32_t* kw = reinterpret_cast<uint32_t*>(k_hi) + j;
+            for (int64_t pr = 0; pr < D / 2; ++pr) std::memcpy(kw + pr * KK, k16 + 2 * pr, sizeof(uint32_t));
+          } else {
+            for (int64_t d = 0; d < D; ++d) k_hi[amx::vnni_at(d, j, KK)] = k16[d * k.stride[3]];
+          }
           for (int64_t x = 0; x < D; ++x) v_hi[amx::vnni_at(j, x, DP)] = v16[x * v.stride[3]];
         }
         for (int64_t d = D; d < DP; ++d) {
-          kh[d] = kl[d] = 0;
+          k_hi[amx::vnni_at(d, j, KK)] = k_lo[amx::vnni_at(d, j, KK)] = 0;
           v_hi[amx::vnni_at(j, d, DP)] = v_lo[amx::vnni_at(j, d, DP)] = 0;
         }
         continue;
@@ -1165,11 +1179,11 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // F16 value overflows BF16).
     const int64_t kp = round_up(bc, amx::kBlock);
     if (amx) {
-      for (int64_t j = bc; j < kp; ++j) {
-        std::memset(k_hi + j * DP, 0, DP * sizeof(uint16_t));
-        std::memset(k_lo + j * DP, 0, DP * sizeof(uint16_t));
-        for (int64_t x = 0; x < DP; ++x) v_hi[amx::vnni_at(j, x, DP)] = v_lo[amx::vnni_at(j, x, DP)] = 0;
-      }
+      for (int64_t j = bc; j < kp; ++j)
+        for (int64_t x = 0; x < DP; ++x) {
+          k_hi[amx::vnni_at(x, j, L.keys)] = k_lo[amx::vnni_at(x, j, L.keys)] = 0;
+          v_hi[amx::vnni_at(j, x, DP)] = v_lo[amx::vnni_at(j, x, DP)] = 0;
+        }
       for (int64_t j = 0; j < bc; ++j)
         for (int64_t x = 0; x < D; ++x) v_nonfinite |= (v_hi[amx::vnni_at(j, x, DP)] & 0x7f80u) == 0x7f80u;
     } else {
@@ -1180,7 +1194,18 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     }
 
     const bool edge = j0 < full_lo || j0 + bc > full_hi;
-    if (dot) {
+    if (amx) {
+#if FMHA_CPU_AMX
+      // S = Q . K_tile^T on tiles, rows [0, np) x keys [0, kp), the scale
+      // on the FP32 sums (as bf16_score_tile), then the softmax along the
+      // block's rows.
+      const amx::Term terms[] = {{q_hi, k_hi}, {q_lo, k_hi}, {q_hi, k_lo}};
+      amx::gemm_amx(terms, amx_split ? 3 : 1, DP, L.keys, s, L.keys, np, kp, DP, false);
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t j = 0; j < bc; ++j) s[r * L.keys + j] *= qk_scale;
+      softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
+#endif
+    } else if (dot) {
       // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
 #if FMHA_CPU_X86_VARIANTS
       if (bf16_dots)
@@ -1192,16 +1217,6 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
     } else {
       // S = K_tile . (scale Q)^T, keys x rows.
-#if FMHA_CPU_AMX
-      if (amx) {
-        // S = K_tile . Q^T on tiles, keys [0, kp) x rows [0, np), then the
-        // scale on the FP32 sums (as bf16_score_tile).
-        const amx::Term terms[] = {{k_hi, q_hi}, {k_hi, q_lo}, {k_lo, q_hi}};
-        amx::gemm_amx(terms, amx_split ? 3 : 1, DP, BR, s, BR, kp, np, DP, false);
-        for (int64_t j = 0; j < bc; ++j)
-          for (int64_t r = 0; r < np; ++r) s[j * BR + r] *= qk_scale;
-      } else
-#endif
 #if FMHA_CPU_X86_VARIANTS
       if (bf16_scores)
         bf16_score_tile(reinterpret_cast<const uint16_t*>(kt), 2 * pairs, reinterpret_cast<const uint16_t*>(qt), BR, s,
@@ -1271,8 +1286,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // is loaded into the accumulators, before the current tile's PV is
     // added (seed section 6: the other order mixes two scales). P is keys x
     // rows (s_key = BR, s_row = 1) or, dot, rows x keys.
-    const int64_t s_key = dot ? 1 : BR;
-    const int64_t s_row = dot ? L.keys : 1;
+    const int64_t s_key = dot || amx ? 1 : BR;
+    const int64_t s_row = dot || amx ? L.keys : 1;
     if (!v_nonfinite && amx) {
 #if FMHA_CPU_AMX
       // P rows x keys (zero for keys [bc, kp)): for F16 V as hi and lo
@@ -1280,14 +1295,15 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       // D128 causal, rel-L2 1.6e-3 against 1.3e-3 with FP32 P, the BF16
       // tolerance 1e-2). Then o rescaled by alpha in memory, and o += P .
       // V_tile on tiles.
-      for (int64_t r = 0; r < np; ++r) {
+      for (int64_t r = 0; r < nr; ++r) {
+        const float* sr = s + r * L.keys;
         uint16_t* ph = p_hi + r * L.keys;
         uint16_t* pl = p_lo + r * L.keys;
         if (amx_split) {
-          for (int64_t j = 0; j < bc; ++j) amx::split(s[j * BR + r], ph + j, pl + j);
+          for (int64_t j = 0; j < bc; ++j) amx::split(sr[j], ph + j, pl + j);
           for (int64_t j = bc; j < kp; ++j) ph[j] = pl[j] = 0;
         } else {
-          for (int64_t j = 0; j < bc; ++j) ph[j] = float_to_bf16(s[j * BR + r]);
+          for (int64_t j = 0; j < bc; ++j) ph[j] = float_to_bf16(sr[j]);
           for (int64_t j = bc; j < kp; ++j) ph[j] = 0;
         }
         float* orow = o + r * DP;
