@@ -1144,11 +1144,18 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
           } else {
             for (int64_t d = 0; d < D; ++d) k_hi[amx::vnni_at(d, j, KK)] = k16[d * k.stride[3]];
           }
-          for (int64_t x = 0; x < D; ++x) v_hi[amx::vnni_at(j, x, DP)] = v16[x * v.stride[3]];
+          // V row j raw into the (unused) lo plane, zero past head_dim;
+          // pairs of rows interleave into the VNNI form after the loop.
+          uint16_t* vr = v_lo + j * DP;
+          if (v.stride[3] == 1)
+            std::memcpy(vr, v16, D * sizeof(uint16_t));
+          else
+            for (int64_t x = 0; x < D; ++x) vr[x] = v16[x * v.stride[3]];
+          for (int64_t x = D; x < DP; ++x) vr[x] = 0;
         }
         for (int64_t d = D; d < DP; ++d) {
           k_hi[amx::vnni_at(d, j, KK)] = k_lo[amx::vnni_at(d, j, KK)] = 0;
-          v_hi[amx::vnni_at(j, d, DP)] = v_lo[amx::vnni_at(j, d, DP)] = 0;
+          if (amx_split) v_hi[amx::vnni_at(j, d, DP)] = v_lo[amx::vnni_at(j, d, DP)] = 0;
         }
         continue;
       }
@@ -1180,10 +1187,28 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const int64_t kp = round_up(bc, amx::kBlock);
     if (amx) {
       for (int64_t j = bc; j < kp; ++j)
-        for (int64_t x = 0; x < DP; ++x) {
-          k_hi[amx::vnni_at(x, j, L.keys)] = k_lo[amx::vnni_at(x, j, L.keys)] = 0;
-          v_hi[amx::vnni_at(j, x, DP)] = v_lo[amx::vnni_at(j, x, DP)] = 0;
+        for (int64_t x = 0; x < DP; ++x) k_hi[amx::vnni_at(x, j, L.keys)] = k_lo[amx::vnni_at(x, j, L.keys)] = 0;
+      if (amx_split) {
+        for (int64_t j = bc; j < kp; ++j)
+          for (int64_t x = 0; x < DP; ++x) v_hi[amx::vnni_at(j, x, DP)] = v_lo[amx::vnni_at(j, x, DP)] = 0;
+      } else {
+        // BF16 V: rows (2 jp, 2 jp + 1) of the raw rows in the lo plane
+        // become VNNI row jp of the hi plane, interleaved column by column;
+        // an odd last row pairs with zero,
+        // and the rows of pairs up to kp are zero.
+        const int64_t pairs_v = (bc + 1) / 2;
+        if (bc & 1) std::memset(v_lo + bc * DP, 0, DP * sizeof(uint16_t));
+        for (int64_t jp = 0; jp < pairs_v; ++jp) {
+          const uint16_t* a = v_lo + 2 * jp * DP;
+          const uint16_t* b = a + DP;
+          uint16_t* w = v_hi + jp * 2 * DP;
+          for (int64_t x = 0; x < DP; ++x) {
+            w[2 * x] = a[x];
+            w[2 * x + 1] = b[x];
+          }
         }
+        std::memset(v_hi + pairs_v * 2 * DP, 0, (kp / 2 - pairs_v) * 2 * DP * sizeof(uint16_t));
+      }
       for (int64_t j = 0; j < bc; ++j)
         for (int64_t x = 0; x < D; ++x) v_nonfinite |= (v_hi[amx::vnni_at(j, x, DP)] & 0x7f80u) == 0x7f80u;
     } else {
