@@ -158,8 +158,9 @@ FMHA_CPU_TARGET_AMX_TILES inline void gemm(Tiles& tiles, const Term* terms, int 
 // The scalar model of the tiles: 8 tiles of 16 x 64 bytes, loads and stores
 // with a row stride in bytes, and tdpbf16ps as Intel's pseudocode states it
 // (per row m, pair k, column n: c += a[m][2k] b[k][2n] + a[m][2k+1]
-// b[k][2n+1] in FP32; the hardware's rounding within one pair may differ,
-// so compare with FP32-level tolerances, not bits).
+// b[k][2n+1] in FP32, BF16 subnormal inputs read as zero, subnormal results
+// flushed to zero; the hardware's rounding within one pair may differ, so
+// compare with FP32-level tolerances, not bits).
 struct ModelTiles {
   unsigned char t[8][kTileRows][kTileBytes];
 
@@ -178,6 +179,7 @@ struct ModelTiles {
   float bf16(int x, int64_t r, int64_t e) const {
     uint16_t v;
     std::memcpy(&v, &t[x][r][2 * e], 2);
+    if ((v & 0x7f80u) == 0) v &= 0x8000u;  // DAZ
     return bf16_to_float(v);
   }
   // Accumulator c (0-3) += A tile 4 + c / 2 times B tile 6 + c % 2.
@@ -188,6 +190,7 @@ struct ModelTiles {
         float acc = f32(c, r, col);
         for (int64_t k = 0; k < kTileRows; ++k)
           acc += bf16(a, r, 2 * k) * bf16(b, k, 2 * col) + bf16(a, r, 2 * k + 1) * bf16(b, k, 2 * col + 1);
+        if (std::fabs(acc) < 0x1p-126f) acc = std::copysign(0.f, acc);  // FTZ
         std::memcpy(&t[c][r][4 * col], &acc, 4);
       }
   }

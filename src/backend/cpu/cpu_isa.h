@@ -8,9 +8,11 @@
 //   avx512      AVX-512 F/BW/DQ/VL (+ the avx2 set)
 //   avx512bf16  avx512 + AVX512-BF16: BF16 Q.K^T (query blocks and decode
 //               dot products) with vdpbf16ps, FP32 sums; P.V stays FP32
-//   avx512fp16  avx512bf16 + AVX512-FP16: F16 rows widen with vcvtph2psx;
-//               the products stay FP32 (FP16 arithmetic has no FP32-
-//               accumulating dot product on these CPUs: see cpu_amx.h)
+//   avx512fp16  avx512bf16 + AVX512-FP16 (the compiler may use it): so far
+//               the avx512bf16 kernels. FP16 arithmetic rounds every
+//               product to 11 bits and these CPUs have no FP32-accumulating
+//               FP16 dot product (vdpphps is AVX10.2), so F16 products stay
+//               FP32 here; F16 goes to tiles on the amx path
 //   amx         avx512fp16 + AMX-TILE + AMX-BF16, and the OS granted the
 //               tile-data state (Linux arch_prctl ARCH_REQ_XCOMP_PERM,
 //               requested once): Q.K^T and P.V of query blocks with
