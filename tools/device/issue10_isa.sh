@@ -61,11 +61,12 @@ note "flags: $(grep -o -w -E 'avx512f|avx512_bf16|avx512_fp16|amx_tile|amx_bf16|
 
 step configure "$out/configure.log" 300 cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DFMHA_ENABLE_CUDA=OFF -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON || exit 1
-step build "$out/build.log" 400 cmake --build "$bdir" -j16 || exit 1
+step build "$out/build.log" 400 cmake --build "$bdir" -j"${ISSUE10_JOBS:-16}" || exit 1
 bench=$bdir/tests/perf/bench_cpu
 
 for isa in amx avx512fp16 avx512bf16 avx512 avx2 baseline; do
-  line=$(FMHA_CPU_ISA=$isa "$bench" --h 1 --n 64 --threads 1 --reps 1 2>&1 | grep -E "^fmha:|chosen" | tr '\n' ' ')
+  line=$(FMHA_CPU_ISA=$isa "$bench" --h 1 --n 64 --threads 1 --reps 1 2>&1 | grep -o -E "^fmha:.*|chosen: [a-z0-9_]+" |
+    tr '\n' ' ')
   note "  FMHA_CPU_ISA=$isa: ${line:-ok}"
 done
 

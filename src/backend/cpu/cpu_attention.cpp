@@ -1194,8 +1194,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       } else {
         // BF16 V: rows (2 jp, 2 jp + 1) of the raw rows in the lo plane
         // become VNNI row jp of the hi plane, interleaved column by column;
-        // an odd last row pairs with zero,
-        // and the rows of pairs up to kp are zero.
+        // an odd last row pairs with zero, and the rows of pairs up to kp
+        // are zero.
         const int64_t pairs_v = (bc + 1) / 2;
         if (bc & 1) std::memset(v_lo + bc * DP, 0, DP * sizeof(uint16_t));
         for (int64_t jp = 0; jp < pairs_v; ++jp) {
@@ -1209,8 +1209,10 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         }
         std::memset(v_hi + pairs_v * 2 * DP, 0, (kp / 2 - pairs_v) * 2 * DP * sizeof(uint16_t));
       }
-      for (int64_t j = 0; j < bc; ++j)
-        for (int64_t x = 0; x < D; ++x) v_nonfinite |= (v_hi[amx::vnni_at(j, x, DP)] & 0x7f80u) == 0x7f80u;
+      // The VNNI rows of keys [0, bc) are contiguous; their padding (past
+      // head_dim, an odd last key's partner) is zero.
+      const int64_t v_elems = (bc + 1) / 2 * 2 * DP;
+      for (int64_t i = 0; i < v_elems; ++i) v_nonfinite |= (v_hi[i] & 0x7f80u) == 0x7f80u;
     } else {
       for (int64_t j = 0; j < bc; ++j) {
         const float* vj = vt + j * DP;
