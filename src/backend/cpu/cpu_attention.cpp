@@ -228,6 +228,7 @@ struct ScratchLayout {
   int64_t rows, keys, dp;  // tile shape; dp = head_dim padded to kMicroCols
   int64_t qt, k, v, s, o;  // float arrays
   int64_t pp;              // amx path: P as BF16 hi and lo planes, rows x keys each
+  int64_t stage;           // amx path: V rows (hi, lo: keys x dp each), one K row (hi, lo: dp each), BF16
   int64_t row;             // float[dp]: one converted row
   int64_t m, l, alpha, m_safe, tile_max, tile_sum;  // float[rows]
   int64_t lo, hi;          // int64[rows]: each row's key range
@@ -254,6 +255,7 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.s = take(s.keys * s.rows * f);       // S, then P: keys x rows
   s.o = take(s.rows * s.dp * f);         // o: rows x dp
   s.pp = take(2 * s.rows * s.keys * static_cast<int64_t>(sizeof(uint16_t)));
+  s.stage = take(2 * (s.keys + 1) * s.dp * static_cast<int64_t>(sizeof(uint16_t)));
   s.row = take(s.dp * f);
   s.m = take(s.rows * f);
   s.l = take(s.rows * f);
@@ -972,6 +974,10 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   uint16_t* v_lo = v_hi + L.keys * DP;
   uint16_t* p_hi = at_offset<uint16_t>(base, L.pp);
   uint16_t* p_lo = p_hi + BR * L.keys;
+  uint16_t* stage_v_hi = at_offset<uint16_t>(base, L.stage);
+  uint16_t* stage_v_lo = stage_v_hi + L.keys * DP;
+  uint16_t* stage_k_hi = stage_v_lo + L.keys * DP;
+  uint16_t* stage_k_lo = stage_k_hi + DP;
 
   // Each row's visible keys [lo, hi) (mask.h). Padding rows copy the last
   // real row, so they never widen the block's range or add edge tiles.
@@ -1117,46 +1123,39 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       int64_t k_at, v_at;
       sq.key_at(hk, j0 + j, &k_at, &v_at);
       if (amx) {
-        // Key j: column j of K^T and row j of V, both in VNNI form, zero
-        // past head_dim.
+        // Key j: its K row and its V row as BF16 rows (raw for BF16, hi and
+        // lo for F16) in the staging area, zero past head_dim; the K row
+        // goes on into column j of K^T's VNNI form (a pair (d, d + 1) is one
+        // 32-bit word there), the V rows pair up into VNNI form after the
+        // loop.
         const char* ks = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
         const char* vs = static_cast<const char*>(v.data) + v_at * dtype_size(kvt);
-        const int64_t KK = L.keys;
+        uint16_t* vr_hi = stage_v_hi + j * DP;
+        uint16_t* vr_lo = stage_v_lo + j * DP;
         if (amx_split) {
           load_row<kIsa>(ks, k.stride[3], D, kvt, row);
-          for (int64_t d = 0; d < D; ++d) {
-            const int64_t at = amx::vnni_at(d, j, KK);
-            amx::split(row[d], k_hi + at, k_lo + at);
-          }
+          for (int64_t d = 0; d < D; ++d) amx::split(row[d], stage_k_hi + d, stage_k_lo + d);
           load_row<kIsa>(vs, v.stride[3], D, kvt, row);
-          for (int64_t x = 0; x < D; ++x) {
-            const int64_t at = amx::vnni_at(j, x, DP);
-            amx::split(row[x], v_hi + at, v_lo + at);
-          }
+          for (int64_t x = 0; x < D; ++x) amx::split(row[x], vr_hi + x, vr_lo + x);
         } else {
           const uint16_t* k16 = reinterpret_cast<const uint16_t*>(ks);
           const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs);
-          if (k.stride[3] == 1 && (D & 1) == 0) {
-            // A pair (d, d + 1) of the row is one 32-bit word of K^T's VNNI
-            // form: whole pairs move at once.
-            uint32_t* kw = reinterpret_cast<uint32_t*>(k_hi) + j;
-            for (int64_t pr = 0; pr < D / 2; ++pr) std::memcpy(kw + pr * KK, k16 + 2 * pr, sizeof(uint32_t));
-          } else {
-            for (int64_t d = 0; d < D; ++d) k_hi[amx::vnni_at(d, j, KK)] = k16[d * k.stride[3]];
-          }
-          // V row j raw into the (unused) lo plane, zero past head_dim;
-          // pairs of rows interleave into the VNNI form after the loop.
-          uint16_t* vr = v_lo + j * DP;
-          if (v.stride[3] == 1)
-            std::memcpy(vr, v16, D * sizeof(uint16_t));
+          if (k.stride[3] == 1)
+            std::memcpy(stage_k_hi, k16, D * sizeof(uint16_t));
           else
-            for (int64_t x = 0; x < D; ++x) vr[x] = v16[x * v.stride[3]];
-          for (int64_t x = D; x < DP; ++x) vr[x] = 0;
+            for (int64_t d = 0; d < D; ++d) stage_k_hi[d] = k16[d * k.stride[3]];
+          if (v.stride[3] == 1)
+            std::memcpy(vr_hi, v16, D * sizeof(uint16_t));
+          else
+            for (int64_t x = 0; x < D; ++x) vr_hi[x] = v16[x * v.stride[3]];
         }
-        for (int64_t d = D; d < DP; ++d) {
-          k_hi[amx::vnni_at(d, j, KK)] = k_lo[amx::vnni_at(d, j, KK)] = 0;
-          if (amx_split) v_hi[amx::vnni_at(j, d, DP)] = v_lo[amx::vnni_at(j, d, DP)] = 0;
-        }
+        for (int64_t d = D; d < DP; ++d) stage_k_hi[d] = stage_k_lo[d] = vr_hi[d] = vr_lo[d] = 0;
+        const int64_t KK = L.keys;
+        for (int64_t pr = 0; pr < DP / 2; ++pr)
+          std::memcpy(k_hi + 2 * (pr * KK + j), stage_k_hi + 2 * pr, 2 * sizeof(uint16_t));
+        if (amx_split)
+          for (int64_t pr = 0; pr < DP / 2; ++pr)
+            std::memcpy(k_lo + 2 * (pr * KK + j), stage_k_lo + 2 * pr, 2 * sizeof(uint16_t));
         continue;
       }
       if (bf16_raw) {  // the raw BF16 row, an odd head_dim padded to a whole pair
@@ -1188,26 +1187,24 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     if (amx) {
       for (int64_t j = bc; j < kp; ++j)
         for (int64_t x = 0; x < DP; ++x) k_hi[amx::vnni_at(x, j, L.keys)] = k_lo[amx::vnni_at(x, j, L.keys)] = 0;
-      if (amx_split) {
-        for (int64_t j = bc; j < kp; ++j)
-          for (int64_t x = 0; x < DP; ++x) v_hi[amx::vnni_at(j, x, DP)] = v_lo[amx::vnni_at(j, x, DP)] = 0;
-      } else {
-        // BF16 V: rows (2 jp, 2 jp + 1) of the raw rows in the lo plane
-        // become VNNI row jp of the hi plane, interleaved column by column;
-        // an odd last row pairs with zero, and the rows of pairs up to kp
-        // are zero.
-        const int64_t pairs_v = (bc + 1) / 2;
-        if (bc & 1) std::memset(v_lo + bc * DP, 0, DP * sizeof(uint16_t));
+      // V: staged rows (2 jp, 2 jp + 1) become VNNI row jp, interleaved
+      // column by column (hi, and lo for F16); an odd last row pairs with
+      // zero, and the rows of pairs up to kp are zero.
+      const int64_t pairs_v = (bc + 1) / 2;
+      for (int plane = 0; plane < (amx_split ? 2 : 1); ++plane) {
+        uint16_t* src = plane == 0 ? stage_v_hi : stage_v_lo;
+        uint16_t* dst = plane == 0 ? v_hi : v_lo;
+        if (bc & 1) std::memset(src + bc * DP, 0, DP * sizeof(uint16_t));
         for (int64_t jp = 0; jp < pairs_v; ++jp) {
-          const uint16_t* a = v_lo + 2 * jp * DP;
+          const uint16_t* a = src + 2 * jp * DP;
           const uint16_t* b = a + DP;
-          uint16_t* w = v_hi + jp * 2 * DP;
+          uint16_t* w = dst + jp * 2 * DP;
           for (int64_t x = 0; x < DP; ++x) {
             w[2 * x] = a[x];
             w[2 * x + 1] = b[x];
           }
         }
-        std::memset(v_hi + pairs_v * 2 * DP, 0, (kp / 2 - pairs_v) * 2 * DP * sizeof(uint16_t));
+        std::memset(dst + pairs_v * 2 * DP, 0, (kp / 2 - pairs_v) * 2 * DP * sizeof(uint16_t));
       }
       // The VNNI rows of keys [0, bc) are contiguous; their padding (past
       // head_dim, an odd last key's partner) is zero.
