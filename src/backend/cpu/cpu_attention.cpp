@@ -582,7 +582,7 @@ FMHA_CPU_INLINE void dot_scores(const float* k, int64_t ldk, const float* q, int
 // The softmax steps of one tile (seed section 4, as in run_block) for
 // scores stored rows x keys (row r at s + r * lds, keys [0, bc)): every loop
 // runs along one row's keys, and the max and the sum are taken in kLanes
-// lanes folded in a fixed order. Each row is soft-capped, gets the bias
+// lanes folded in a fixed order (a tree). Each row is soft-capped, gets the bias
 // and ALiBi terms (`extra`, null when the problem has neither) and, when
 // `edge`, keys outside row r's [lo[r], hi[r]) are masked, in that order.
 template <class Extra>
@@ -606,7 +606,13 @@ FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc,
       for (int64_t x = 0; x < kLanes; ++x) lane[x] = sr[j + x] > lane[x] ? sr[j + x] : lane[x];
     float tile_max = -kInf;
     for (; j < bc; ++j) tile_max = sr[j] > tile_max ? sr[j] : tile_max;
-    for (int64_t x = 0; x < kLanes; ++x) tile_max = lane[x] > tile_max ? lane[x] : tile_max;
+    // The lanes fold as a tree (halves, then quarters, ...; fold_lanes'
+    // order for the sum below): a serial fold is a chain of kLanes
+    // dependent steps per row, which a block of 128 rows (the amx path)
+    // pays in full.
+    for (int64_t w = kLanes / 2; w > 0; w /= 2)
+      for (int64_t x = 0; x < w; ++x) lane[x] = lane[x + w] > lane[x] ? lane[x + w] : lane[x];
+    tile_max = lane[0] > tile_max ? lane[0] : tile_max;
     // m' = max(m, m~), alpha = e^(m - m'), with 0 as the subtrahend while
     // m' = -inf (see run_block).
     const float mn = m[r] > tile_max ? m[r] : tile_max;
@@ -627,7 +633,17 @@ FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc,
       sr[j] = e;
       sum += e;
     }
-    for (int64_t x = 0; x < kLanes; ++x) sum += lane[x];
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+    {  // in registers (through the stack, the tree stalls on store forwarding)
+      LanesF v;
+      load_lanes(lane, v);
+      sum += fold_lanes(v);
+    }
+#else
+    for (int64_t w = kLanes / 2; w > 0; w /= 2)
+      for (int64_t x = 0; x < w; ++x) lane[x] += lane[x + w];
+    sum += lane[0];
+#endif
     l[r] = alpha[r] * l[r] + sum;
   }
 }
