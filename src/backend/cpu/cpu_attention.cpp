@@ -1346,8 +1346,11 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
           for (int64_t j = 0; j < bc; ++j) ph[j] = float_to_bf16(sr[j]);
           for (int64_t j = bc; j < kp; ++j) ph[j] = 0;
         }
+        // alpha = 1 (the row's max did not grow: most tiles once a row
+        // has seen a few) leaves o as it is.
         float* orow = o + r * DP;
-        for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
+        if (alpha[r] != 1.f)
+          for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
       }
       const amx::Term terms[] = {{p_hi, v_hi}, {p_lo, v_hi}, {p_hi, v_lo}};
       amx::gemm_amx(terms, amx_split ? 3 : 1, L.keys, DP, o, DP, np, DP, kp, true);
