@@ -2,8 +2,9 @@
 // BF16 hi/lo split, and the blocking loop with its operand layouts run on
 // the scalar model of the tiles (ModelTiles: tile loads and stores with
 // byte strides, tdpbf16ps per Intel's pseudocode) against a float64
-// product of the same operands. The hardware tiles themselves run in
-// test_cpu_isa_amx on a CPU with AMX.
+// product of the same operands; on a CPU with AMX (and the OS's tile
+// permission) the same products on the hardware tiles (amx::gemm_amx),
+// which test_cpu_isa_amx then runs through the whole CPU suite.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_amx.h"
+#include "backend/cpu/cpu_isa.h"
 #include "core/numeric.h"
 
 namespace amx = fmha::cpu::amx;
@@ -59,7 +61,7 @@ namespace {
 // model tiles, with A and B split into hi/lo planes (terms: hi.hi, hi.lo,
 // lo.hi when `split3`, else hi.hi only on BF16-exact data), against float64.
 void check_gemm(int64_t m, int64_t n, int64_t depth, int64_t lda, int64_t ldb, bool split3, bool accumulate,
-                uint32_t seed) {
+                uint32_t seed, bool hardware = false) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   // F16 data (split3) or BF16 data: each element rounded to its type.
@@ -88,8 +90,15 @@ void check_gemm(int64_t m, int64_t n, int64_t depth, int64_t lda, int64_t ldb, b
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = c0[i * n + j];
   const amx::Term terms[] = {{a_hi.data(), b_hi.data()}, {a_hi.data(), b_lo.data()}, {a_lo.data(), b_hi.data()}};
-  amx::ModelTiles tiles;
-  amx::gemm(tiles, terms, split3 ? 3 : 1, lda, ldb, c.data(), ldc, m, n, depth, accumulate);
+  if (hardware) {
+#if FMHA_CPU_AMX
+    amx::gemm_amx(terms, split3 ? 3 : 1, lda, ldb, c.data(), ldc, m, n, depth, accumulate);
+    amx::release_amx();
+#endif
+  } else {
+    amx::ModelTiles tiles;
+    amx::gemm(tiles, terms, split3 ? 3 : 1, lda, ldb, c.data(), ldc, m, n, depth, accumulate);
+  }
   double worst = 0;
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -119,4 +128,17 @@ TEST_CASE("cpu amx: gemm on the model tiles matches float64 (layouts, blocking, 
   check_gemm(128, 128, 64, 64, 128, true, true, 4);      // P . V, F16, accumulated
   check_gemm(128, 160, 64, 64, 160, false, true, 5);     // P . V, head_dim padded to 160
   check_gemm(32, 64, 96, 112, 80, true, true, 6);        // strides wider than the extents
+}
+
+TEST_CASE("cpu amx: gemm on the hardware tiles matches float64") {
+  if (!fmha::cpu::isa_available(fmha::cpu::CpuIsa::kAmx)) {
+    MESSAGE("skipped: no amx path on this CPU (AMX-BF16 with the OS's tile permission)");
+    return;
+  }
+  check_gemm(32, 32, 32, 32, 32, false, false, 11, true);
+  check_gemm(128, 64, 128, 128, 64, false, false, 12, true);  // S = Q . K^T, BF16, D = 128
+  check_gemm(128, 64, 128, 128, 64, true, false, 13, true);   // S, F16
+  check_gemm(128, 128, 64, 64, 128, true, true, 14, true);    // P . V, F16, accumulated
+  check_gemm(64, 288, 64, 64, 288, false, true, 15, true);    // P . V, head_dim padded to 288
+  check_gemm(32, 64, 96, 112, 80, true, true, 16, true);      // strides wider than the extents
 }

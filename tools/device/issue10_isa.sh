@@ -8,7 +8,8 @@
 #      libfmha, test_internal, test_cpu, test_api, bench_cpu
 #   2. what the CPU offers (lscpu flags) and which path each FMHA_CPU_ISA
 #      value gets (bench_cpu's stderr says when one falls back)
-#   3. test_internal (the ISA choice, the AMX tile model, conversions) and
+#   3. test_internal (the ISA choice, the AMX tile model and the same
+#      products on the hardware tiles against float64, conversions) and
 #      cpu_isa_containment (no AVX/AMX instruction outside a dispatched
 #      function)
 #   4. test_cpu_isa_amx and test_cpu_isa_avx512fp16: the whole CPU numerics
