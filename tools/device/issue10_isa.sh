@@ -51,7 +51,7 @@ step() {
   timeout "$limit" "$@" >>"$log" 2>&1
   local rc=$?
   note "$(printf '%-22s rc=%-3s %5ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(basename "$log")")"
-  grep -E "ERROR:|not available|\[doctest\] (test cases|assertions)|tests passed|tests failed|check_cpu_isa: (ok|FAIL)|\(Failed\)|Skipped|Not Run" \
+  grep -E "ERROR:|not available|skipped:|\[doctest\] (test cases|assertions)|tests passed|tests failed|check_cpu_isa: (ok|FAIL)|\(Failed\)|Skipped|Not Run" \
     "$log" | head -25 | sed 's/^/    /' | tee -a "$summary"
   return $rc
 }
