@@ -26,7 +26,13 @@
 //   On the avx512bf16 path (cpu_isa.h) a BF16 query block keeps Q (pair-
 //   interleaved, unscaled) and its K tiles raw, and its scores come from
 //   bf16_score_tile (vdpbf16ps, FP32 sums) instead; a packed decode block
-//   likewise from bf16_dot_tile. P . V stays FP32.
+//   likewise from bf16_dot_tile. P . V stays FP32. The avx512fp16 path does
+//   the same.
+//   On the amx path a BF16 or F16 query block runs both products on AMX
+//   tiles (cpu_amx.h) with its scores rows x keys, as a decode block's:
+//   S = Q . K_tile^T, softmax_rows, then o += P . V_tile, the K and V tiles
+//   repacked as BF16 into the tiles' pair-interleaved (VNNI) form; its
+//   packed decode blocks take the avx512bf16 path's dot products.
 //
 // Decode (few query rows, GQA): when the Nq query rows of all G query heads
 // that share a kv head fit in one block (G * Nq <= rows), one work item
@@ -77,7 +83,8 @@
 #endif
 
 // On x86-64 with GCC or Clang the work-item function is compiled once per
-// path of cpu_isa.h (avx512bf16, avx512, avx2 + FMA + F16C, baseline),
+// path of cpu_isa.h (amx, avx512fp16, avx512bf16, avx512, avx2 + FMA +
+// F16C, baseline),
 // through target attributes on thin wrappers around one force-inlined body
 // templated on the path; forward takes the one active_isa() names (cpuid,
 // then FMHA_CPU_ISA: the one dispatch point). Everything the body calls is
@@ -95,7 +102,8 @@
                         "f16c")))
 #define FMHA_CPU_TARGET_AVX512FP16 \
   __attribute__((target("avx512fp16,avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
-#else  // cpu_amx.h's developer model: these paths run where avx512bf16 does (GCC moves 16-bit values with vmovw under avx512fp16)
+#else  // cpu_amx.h's developer model: these paths run where avx512bf16 does
+        // (under avx512fp16 GCC moves 16-bit values with vmovw)
 #define FMHA_CPU_TARGET_AMX __attribute__((target("avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define FMHA_CPU_TARGET_AVX512FP16 FMHA_CPU_TARGET_AMX
 #endif
@@ -252,7 +260,7 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.qt = take(s.dp * s.rows * f);        // Q^T: head_dim x rows (or Q: rows x dp)
   s.k = take(s.keys * s.dp * f);         // K tile: keys x dp
   s.v = take(s.keys * s.dp * f);         // V tile: keys x dp
-  s.s = take(s.keys * s.rows * f);       // S, then P: keys x rows
+  s.s = take(s.keys * s.rows * f);       // S, then P: keys x rows (rows x keys: dot and amx blocks)
   s.o = take(s.rows * s.dp * f);         // o: rows x dp
   s.pp = take(2 * s.rows * s.keys * static_cast<int64_t>(sizeof(uint16_t)));
   s.stage = take(2 * (s.keys + 1) * s.dp * static_cast<int64_t>(sizeof(uint16_t)));
@@ -931,8 +939,9 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const bool dot = packed && nr <= kDotRows;
   const int64_t KT = dot ? kDotTileKeys : L.keys;  // keys per streamed tile
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
-  // BF16 scores with vdpbf16ps (avx512bf16 path, unpacked blocks): Q and
-  // the K tiles stay raw BF16 (see bf16_score_tile); V still converts to FP32.
+  // BF16 scores with vdpbf16ps (avx512bf16 path and the paths above it,
+  // unpacked blocks that are not the amx path's): Q and the K tiles stay raw
+  // BF16 (see bf16_score_tile); V still converts to FP32.
 #if FMHA_CPU_X86_VARIANTS
   constexpr bool kBf16Dot = kIsa >= CpuIsa::kAvx512Bf16;
   constexpr bool kAmx = kIsa == CpuIsa::kAmx;
