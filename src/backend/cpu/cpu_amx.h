@@ -19,7 +19,10 @@
 //     F16 V the split keeps F16's accuracy; beside BF16 V, P rounded to BF16
 //     stays well inside the BF16 tolerance (measured in cpu_attention.cpp),
 //     as the GPU kernels' P does.
-// So BF16 data takes one term per product, F16 data three.
+//   - FP8 values (2-3 mantissa bits, within BF16's exponent range) and
+//     BF16 values are exact in one plane.
+// So a product takes one term (hi.hi) plus one per operand that has a lo
+// plane: BF16 data one, F16 data three.
 //
 // Layouts (element indices, BF16 values as uint16):
 //   A operand (left, m x depth): row-major, A[i][d] at i * lda + d.

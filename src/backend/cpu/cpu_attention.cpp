@@ -952,18 +952,24 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // Q and K both BF16 (fmha.h 0.3 allows FP8 K/V beside a BF16 q: those
   // take the FP32 path).
   const bool bf16_qk = dt == FMHA_DTYPE_BF16 && p.kv_dtype == FMHA_DTYPE_BF16;
-  // AMX (amx path, blocks of the padded product, q and K/V both BF16 or
-  // both F16): both products on tiles (cpu_amx.h), with the scores rows x
-  // keys as in the dot form (S = Q . K_tile^T, then softmax_rows), so P
-  // needs no transpose before P . V. Q (rows of DP, unscaled) goes in as
-  // the left operand, each K tile and V tile in VNNI form (element (d, j)
-  // of K^T at vnni_at(d, j, keys), (j, x) of V at vnni_at(j, x, DP)), P rows
-  // x keys: for BF16 data one BF16 plane each (P rounded to BF16), for F16
-  // data hi and lo planes of everything (amx::split: F16 exactly, P to 16
-  // bits).
-  const bool f16_qkv = dt == FMHA_DTYPE_F16 && p.kv_dtype == FMHA_DTYPE_F16;
-  const bool amx = kAmx && !dot && (bf16_qk || f16_qkv);
-  const bool amx_split = amx && f16_qkv;
+  // AMX (amx path, blocks of the padded product, q BF16 or F16 and K/V
+  // BF16, F16 or FP8): both products on tiles (cpu_amx.h), with the scores
+  // rows x keys as in the dot form (S = Q . K_tile^T, then softmax_rows),
+  // so P needs no transpose before P . V. Q (rows of DP, unscaled) goes in
+  // as the left operand, each K tile and V tile in VNNI form (element
+  // (d, j) of K^T at vnni_at(d, j, keys), (j, x) of V at vnni_at(j, x,
+  // DP)), P rows x keys. Every operand is a BF16 plane (hi), exact for BF16
+  // and FP8 values (FP8 has 2-3 mantissa bits and BF16's exponent range
+  // covers it), with a second plane (lo, amx::split: exact) for F16 q or
+  // K/V; P is rounded to BF16 (one plane) when q or K/V is BF16, whose
+  // tolerance allows it, and otherwise split to 16 bits.
+  const bool kv_16 = kvt == FMHA_DTYPE_BF16 || kvt == FMHA_DTYPE_F16;
+  const bool amx = kAmx && !dot && (dt == FMHA_DTYPE_BF16 || dt == FMHA_DTYPE_F16) &&
+                   (kv_16 || kvt == FMHA_DTYPE_F8E4M3 || kvt == FMHA_DTYPE_F8E5M2);
+  const bool q_split = amx && dt == FMHA_DTYPE_F16;    // Q has a lo plane
+  const bool kv_split = amx && kvt == FMHA_DTYPE_F16;  // K and V have lo planes
+  const bool p_split = amx && dt != FMHA_DTYPE_BF16 && kvt != FMHA_DTYPE_BF16;
+  const bool kv_raw = amx && kvt == FMHA_DTYPE_BF16;   // K/V rows copied as they are
   const bool bf16_scores = kBf16Dot && bf16_qk && !dot && !amx;
   // Likewise for packed dot-product blocks (bf16_dot_tile): Q rows and K
   // tile rows raw BF16, DP elements apart, zero past head_dim.
@@ -1157,7 +1163,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         const char* vs = static_cast<const char*>(v.data) + v_at * dtype_size(kvt);
         uint16_t* vr_hi = stage_v_hi + j * DP;
         uint16_t* vr_lo = stage_v_lo + j * DP;
-        if (amx_split) {
+        if (!kv_raw) {
           load_row<kIsa>(ks, k.stride[3], D, kvt, row);
           for (int64_t d = 0; d < D; ++d) amx::split(row[d], stage_k_hi + d, stage_k_lo + d);
           load_row<kIsa>(vs, v.stride[3], D, kvt, row);
@@ -1178,7 +1184,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         const int64_t KK = L.keys;
         for (int64_t pr = 0; pr < DP / 2; ++pr)
           std::memcpy(k_hi + 2 * (pr * KK + j), stage_k_hi + 2 * pr, 2 * sizeof(uint16_t));
-        if (amx_split)
+        if (kv_split)
           for (int64_t pr = 0; pr < DP / 2; ++pr)
             std::memcpy(k_lo + 2 * (pr * KK + j), stage_k_lo + 2 * pr, 2 * sizeof(uint16_t));
         continue;
@@ -1216,7 +1222,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       // column by column (hi, and lo for F16); an odd last row pairs with
       // zero, and the rows of pairs up to kp are zero.
       const int64_t pairs_v = (bc + 1) / 2;
-      for (int plane = 0; plane < (amx_split ? 2 : 1); ++plane) {
+      for (int plane = 0; plane < (kv_split ? 2 : 1); ++plane) {
         uint16_t* src = plane == 0 ? stage_v_hi : stage_v_lo;
         uint16_t* dst = plane == 0 ? v_hi : v_lo;
         if (bc & 1) std::memset(src + bc * DP, 0, DP * sizeof(uint16_t));
@@ -1248,8 +1254,11 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       // S = Q . K_tile^T on tiles, rows [0, np) x keys [0, kp), the scale
       // on the FP32 sums (as bf16_score_tile), then the softmax along the
       // block's rows.
-      const amx::Term terms[] = {{q_hi, k_hi}, {q_lo, k_hi}, {q_hi, k_lo}};
-      amx::gemm_amx(terms, amx_split ? 3 : 1, DP, L.keys, s, L.keys, np, kp, DP, false);
+      amx::Term terms[amx::kMaxTerms] = {{q_hi, k_hi}};
+      int nt = 1;
+      if (q_split) terms[nt++] = {q_lo, k_hi};
+      if (kv_split) terms[nt++] = {q_hi, k_lo};
+      amx::gemm_amx(terms, nt, DP, L.keys, s, L.keys, np, kp, DP, false);
       for (int64_t r = 0; r < nr; ++r)
         for (int64_t j = 0; j < bc; ++j) s[r * L.keys + j] *= qk_scale;
       softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
@@ -1339,16 +1348,16 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const int64_t s_row = dot || amx ? L.keys : 1;
     if (!v_nonfinite && amx) {
 #if FMHA_CPU_AMX
-      // P rows x keys (zero for keys [bc, kp)): for F16 V as hi and lo
-      // planes, for BF16 V rounded to BF16 (one plane: bench_cpu H2 N512
-      // D128 causal, rel-L2 1.6e-3 against 1.3e-3 with FP32 P, the BF16
-      // tolerance 1e-2). Then o rescaled by alpha in memory, and o += P .
-      // V_tile on tiles.
+      // P rows x keys (zero for keys [bc, kp)): hi and lo planes, or, when
+      // q or K/V is BF16, rounded to BF16 (one plane: bench_cpu H2 N512
+      // D128 causal BF16, rel-L2 1.6e-3 against 1.3e-3 with FP32 P, the
+      // BF16 tolerance 1e-2). Then o rescaled by alpha in memory, and o +=
+      // P . V_tile on tiles.
       for (int64_t r = 0; r < nr; ++r) {
         const float* sr = s + r * L.keys;
         uint16_t* ph = p_hi + r * L.keys;
         uint16_t* pl = p_lo + r * L.keys;
-        if (amx_split) {
+        if (p_split) {
           for (int64_t j = 0; j < bc; ++j) amx::split(sr[j], ph + j, pl + j);
           for (int64_t j = bc; j < kp; ++j) ph[j] = pl[j] = 0;
         } else {
@@ -1361,8 +1370,11 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         if (alpha[r] != 1.f)
           for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
       }
-      const amx::Term terms[] = {{p_hi, v_hi}, {p_lo, v_hi}, {p_hi, v_lo}};
-      amx::gemm_amx(terms, amx_split ? 3 : 1, L.keys, DP, o, DP, np, DP, kp, true);
+      amx::Term terms[amx::kMaxTerms] = {{p_hi, v_hi}};
+      int nt = 1;
+      if (p_split) terms[nt++] = {p_lo, v_hi};
+      if (kv_split) terms[nt++] = {p_hi, v_lo};
+      amx::gemm_amx(terms, nt, L.keys, DP, o, DP, np, DP, kp, true);
 #endif
     } else if (!v_nonfinite) {
       gemm_rows<kRows, true>(s, s_row, s_key, vt, DP, o, DP, nr, DP, bc, alpha);
