@@ -17,6 +17,16 @@
 #else
 #define FMHA_CPU_X86_PATHS 0
 #endif
+// AArch64 Linux: ASIMD is part of the architecture; FP16 arithmetic and the
+// FP16 multiply-add long are optional and read from the kernel's hwcaps.
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FMHA_CPU_BASELINE_ONLY)
+#define FMHA_CPU_ARM_PATHS 1
+#if defined(__linux__)
+#include <sys/auxv.h>  // getauxval; glibc's bits/hwcap.h has the HWCAP_* bits
+#endif
+#else
+#define FMHA_CPU_ARM_PATHS 0
+#endif
 
 namespace fmha::cpu {
 namespace {
@@ -29,6 +39,8 @@ struct CpuFeatures {
   bool avx512fp16 = false;  // AVX512_FP16
   bool amx = false;         // AMX-TILE + AMX-BF16, tile state enabled in XCR0
   bool amx_permitted = false;  // ... and the OS let this process use it
+  bool neon = false;        // AArch64 ASIMD (always, on AArch64)
+  bool neonfp16 = false;    // asimdhp (FP16 arithmetic) + asimdfhm (FMLAL/FMLAL2)
 };
 
 #if FMHA_CPU_X86_PATHS
@@ -86,6 +98,13 @@ CpuFeatures detect() {
   }
   if (f.amx) f.amx_permitted = request_amx_permission();
 #endif
+#if FMHA_CPU_ARM_PATHS
+  f.neon = true;
+#if defined(__linux__) && defined(HWCAP_ASIMDHP) && defined(HWCAP_ASIMDFHM)
+  const unsigned long hwcap = getauxval(AT_HWCAP);
+  f.neonfp16 = (hwcap & HWCAP_ASIMDHP) && (hwcap & HWCAP_ASIMDFHM);
+#endif
+#endif
   return f;
 }
 
@@ -100,9 +119,9 @@ bool equals_lower(const char* a, const char* b) {
   return *a == *b;
 }
 
-constexpr CpuIsa kAll[] = {CpuIsa::kBaseline,   CpuIsa::kAvx2,       CpuIsa::kAvx512,
-                           CpuIsa::kAvx512Bf16, CpuIsa::kAvx512Fp16, CpuIsa::kAmx};
-constexpr const char* kNames = "amx|avx512fp16|avx512bf16|avx512|avx2|baseline|auto";
+constexpr CpuIsa kAll[] = {CpuIsa::kBaseline,   CpuIsa::kAvx2,       CpuIsa::kAvx512, CpuIsa::kAvx512Bf16,
+                           CpuIsa::kAvx512Fp16, CpuIsa::kAmx,        CpuIsa::kNeon,   CpuIsa::kNeonFp16};
+constexpr const char* kNames = "amx|avx512fp16|avx512bf16|avx512|avx2|neonfp16|neon|baseline|auto";
 
 }  // namespace
 
@@ -114,6 +133,8 @@ const char* isa_name(CpuIsa isa) {
     case CpuIsa::kAvx512Bf16: return "avx512bf16";
     case CpuIsa::kAvx512Fp16: return "avx512fp16";
     case CpuIsa::kAmx: return "amx";
+    case CpuIsa::kNeon: return "neon";
+    case CpuIsa::kNeonFp16: return "neonfp16";
   }
   return "unknown";
 }
@@ -132,6 +153,8 @@ bool isa_available(CpuIsa isa) {
     case CpuIsa::kAvx512Fp16: return f.avx512bf16 && f.avx512fp16;
     case CpuIsa::kAmx: return f.avx512bf16 && f.avx512fp16 && f.amx && f.amx_permitted;
 #endif
+    case CpuIsa::kNeon: return f.neon;
+    case CpuIsa::kNeonFp16: return f.neonfp16;
   }
   return false;
 }
@@ -161,9 +184,8 @@ CpuIsa choose_isa(const char* request, std::string* message) {
       if (isa_available(isa)) return isa;
       if (isa == CpuIsa::kAmx && f.amx && !f.amx_permitted)
         return refuse("not available: the OS refused the AMX tile-data permission (arch_prctl)");
-      return refuse(FMHA_CPU_X86_PATHS ? "not available on this CPU" : "not available in this build");
+      return refuse("not available on this CPU");
     }
-  if (equals_lower(request, "neon")) return refuse("not available in this build or on this CPU");
   char why[128];
   std::snprintf(why, sizeof why, "unknown value (expected %s)", kNames);
   return refuse(why);

@@ -2,8 +2,11 @@
 // among them: cpuid (what the CPU and the OS support), then the
 // FMHA_CPU_ISA environment variable, read once per process.
 //
-// The paths, each a superset of the one before:
-//   baseline    what the compiler targets by default (SSE2 on x86-64)
+// The paths of one architecture, each a superset of the one before:
+//   baseline    what the compiler targets by default (SSE2 on x86-64,
+//               ASIMD (NEON) with FP32 arithmetic on AArch64); F16 converts
+//               in software (core/numeric.h)
+// x86-64:
 //   avx2        AVX2 + FMA + F16C (hardware F16 conversion)
 //   avx512      AVX-512 F/BW/DQ/VL (+ the avx2 set)
 //   avx512bf16  avx512 + AVX512-BF16: BF16 Q.K^T (query blocks and decode
@@ -15,11 +18,19 @@
 //               FP32 here; F16 goes to tiles on the amx path
 //   amx         avx512fp16 + AMX-TILE + AMX-BF16, and the OS granted the
 //               tile-data state (Linux arch_prctl ARCH_REQ_XCOMP_PERM,
-//               requested once): Q.K^T and P.V of query blocks with
-//               BF16 and F16 inputs on AMX tiles (cpu_amx.h), FP32 sums
-// The name neon is reserved for a kernel this build does not have: it is
-// recognized and refused with a message. Only x86-64 builds with GCC or
-// Clang have the paths above baseline; elsewhere everything is baseline.
+//               requested once): Q.K^T and P.V of query blocks with BF16 or
+//               F16 q and BF16, F16 or FP8 K/V on AMX tiles (cpu_amx.h),
+//               FP32 sums
+// AArch64 (cpu_attention_neon.h):
+//   neon        ASIMD intrinsics: hardware F16 conversion (FCVTL/FCVTN),
+//               FP32 arithmetic
+//   neonfp16    neon + FP16 arithmetic (asimdhp) with the FP16 multiply-add
+//               long of FEAT_FHM (asimdfhm): F16 Q.K^T multiplies F16 pairs
+//               exactly into FP32 sums (FMLAL/FMLAL2); P.V stays FP32.
+//               Plain FP16 FMLA (FP16 sums) would miss the F16 tolerance.
+// A path of the other architecture is never available. Only x86-64 and
+// AArch64 builds with GCC or Clang have paths above baseline; elsewhere
+// everything is baseline.
 #pragma once
 
 #include <string>
@@ -31,11 +42,22 @@ enum class CpuIsa : int {
   kAvx2 = 1,
   kAvx512 = 2,
   kAvx512Bf16 = 3,
-  kAvx512Fp16 = 4,
-  kAmx = 5,
+  kNeon = 4,
+  kNeonFp16 = 5,
+  kAvx512Fp16 = 6,
+  kAmx = 7,
 };
 
-// "baseline", "avx2", "avx512", "avx512bf16", "avx512fp16", "amx".
+// Whether the path is one of x86-64 (avx2 and above) or of AArch64 (neon and
+// above); the baseline is neither. The values order each architecture's
+// paths (a path includes the ones below it), not the two together.
+constexpr bool isa_is_x86(CpuIsa isa) {
+  return (isa >= CpuIsa::kAvx2 && isa <= CpuIsa::kAvx512Bf16) || isa == CpuIsa::kAvx512Fp16 || isa == CpuIsa::kAmx;
+}
+constexpr bool isa_is_arm(CpuIsa isa) { return isa == CpuIsa::kNeon || isa == CpuIsa::kNeonFp16; }
+
+// "baseline", "avx2", "avx512", "avx512bf16", "avx512fp16", "amx", "neon",
+// "neonfp16".
 const char* isa_name(CpuIsa isa);
 
 // Whether this build has the path and this CPU (and OS: the register state
