@@ -1026,9 +1026,9 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const bool kv_16 = kvt == FMHA_DTYPE_BF16 || kvt == FMHA_DTYPE_F16;
   const bool amx = kAmx && !dot && (dt == FMHA_DTYPE_BF16 || dt == FMHA_DTYPE_F16) &&
                    (kv_16 || kvt == FMHA_DTYPE_F8E4M3 || kvt == FMHA_DTYPE_F8E5M2);
-  const bool q_split = amx && dt == FMHA_DTYPE_F16;    // Q has a lo plane
+  [[maybe_unused]] const bool q_split = amx && dt == FMHA_DTYPE_F16;  // Q has a lo plane
   const bool kv_split = amx && kvt == FMHA_DTYPE_F16;  // K and V have lo planes
-  const bool p_split = amx && dt != FMHA_DTYPE_BF16 && kvt != FMHA_DTYPE_BF16;
+  [[maybe_unused]] const bool p_split = amx && dt != FMHA_DTYPE_BF16 && kvt != FMHA_DTYPE_BF16;
   const bool kv_raw = amx && kvt == FMHA_DTYPE_BF16;   // K/V rows copied as they are
   // Q and K both of that dtype (fmha.h 0.3 allows FP8 K/V beside a 16-bit
   // q: those take the FP32 path, or the amx path's tiles).
