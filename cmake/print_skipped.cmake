@@ -2,7 +2,8 @@
 # CTestCustom.cmake, written by cmake/skipped_test.cmake): ctest lists a
 # skipped test as a bare "(Skipped)", so this prints, for each test skipped
 # in the run, "skipped: <test>: <reason>", the reason being the first line of
-# its output that mentions a skip (ctest's Testing/Temporary/LastTest.log).
+# its output that mentions a skip or says "...: not available" (a forced CPU
+# path this CPU lacks; ctest's Testing/Temporary/LastTest.log).
 # A test counts as skipped when its SKIP_REGULAR_EXPRESSION matched, which is
 # why the tests that skip by exit code also set one.
 #   cmake -DLOG=<build>/Testing/Temporary/LastTest.log -P print_skipped.cmake
@@ -25,7 +26,7 @@ foreach(line IN LISTS lines)
     set(in_output TRUE)
   elseif(line STREQUAL "<end of output>")
     set(in_output FALSE)
-  elseif(in_output AND reason STREQUAL "" AND line MATCHES "[Ss][Kk][Ii][Pp]")
+  elseif(in_output AND reason STREQUAL "" AND line MATCHES "[Ss][Kk][Ii][Pp]|: not available")
     string(STRIP "${line}" reason)
   elseif(line MATCHES "^Skip regular expression found in output")
     if(reason STREQUAL "")

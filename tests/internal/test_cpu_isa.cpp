@@ -25,8 +25,8 @@ TEST_CASE("cpu isa: automatic, forced, refused") {
     CHECK(fmha::cpu::choose_isa(automatic, &msg) == best);
     CHECK(msg.empty());
   }
-  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kNeon,
-                     CpuIsa::kNeonFp16}) {
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16, CpuIsa::kAvx512Fp16,
+                     CpuIsa::kAmx, CpuIsa::kNeon, CpuIsa::kNeonFp16}) {
     const CpuIsa got = fmha::cpu::choose_isa(fmha::cpu::isa_name(isa), &msg);
     CAPTURE(fmha::cpu::isa_name(isa));
     if (fmha::cpu::isa_available(isa)) {
@@ -52,15 +52,9 @@ TEST_CASE("cpu isa: automatic, forced, refused") {
 #endif
   CHECK(fmha::cpu::choose_isa("AVX2", &msg) ==
         (fmha::cpu::isa_available(CpuIsa::kAvx2) ? CpuIsa::kAvx2 : best));
-  for (const char* reserved : {"amx", "avx512fp16"}) {
-    CHECK(fmha::cpu::choose_isa(reserved, &msg) == best);
-    CHECK(msg.find(std::string("FMHA_CPU_ISA=") + reserved) == 0);
-    CHECK(msg.find("build") != std::string::npos);
-    CHECK(msg.find(std::string("using ") + fmha::cpu::isa_name(best)) != std::string::npos);
-  }
   for (const char* bad : {"sse9", "avx512 ", "avx", "baseline2"}) {
     CHECK(fmha::cpu::choose_isa(bad, &msg) == best);
     CHECK(msg.find("unknown value") != std::string::npos);
-    CHECK(msg.find("avx512bf16|avx512|avx2|neonfp16|neon|baseline") != std::string::npos);
+    CHECK(msg.find("amx|avx512fp16|avx512bf16|avx512|avx2|neonfp16|neon|baseline") != std::string::npos);
   }
 }

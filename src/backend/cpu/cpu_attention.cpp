@@ -26,8 +26,13 @@
 //   On the avx512bf16 path (cpu_isa.h) a BF16 query block keeps Q (pair-
 //   interleaved, unscaled) and its K tiles raw, and its scores come from
 //   bf16_score_tile (vdpbf16ps, FP32 sums) instead; a packed decode block
-//   likewise from bf16_dot_tile. The neonfp16 path does the same for F16
-//   with FMLAL (cpu_fp16_neon.h; Q^T raw, unscaled). P . V stays FP32.
+//   likewise from bf16_dot_tile. The avx512fp16 and amx paths do the same
+//   (amx for packed decode blocks only). The neonfp16 path does the same for
+//   F16 with FMLAL (cpu_fp16_neon.h; Q^T raw, unscaled). P . V stays FP32.
+//   On the amx path a query block with BF16 or F16 q runs both products on
+//   AMX tiles (cpu_amx.h) with its scores rows x keys, as a decode block's:
+//   S = Q . K_tile^T, softmax_rows, then o += P . V_tile, the K and V tiles
+//   repacked as BF16 into the tiles' pair-interleaved (VNNI) form.
 //
 // Decode (few query rows, GQA): when the Nq query rows of all G query heads
 // that share a kv head fit in one block (G * Nq <= rows), one work item
@@ -60,6 +65,7 @@
 #include <cstring>
 #include <limits>
 
+#include "backend/cpu/cpu_amx.h"
 #include "backend/cpu/cpu_convert.h"
 #include "backend/cpu/cpu_fp16_neon.h"
 #include "backend/cpu/cpu_isa.h"
@@ -78,7 +84,8 @@
 #endif
 
 // On x86-64 with GCC or Clang the work-item function is compiled once per
-// path of cpu_isa.h (avx512bf16, avx512, avx2 + FMA + F16C, baseline),
+// path of cpu_isa.h (amx, avx512fp16, avx512bf16, avx512, avx2 + FMA +
+// F16C, baseline),
 // through target attributes on thin wrappers around one force-inlined body
 // templated on the path; forward takes the one active_isa() names (cpuid,
 // then FMHA_CPU_ISA: the one dispatch point). Everything the body calls is
@@ -93,6 +100,17 @@
 // FMLAL scores). Other targets compile the baseline only.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FMHA_CPU_BASELINE_ONLY)
 #define FMHA_CPU_X86_VARIANTS 1
+#if !defined(FMHA_CPU_AMX_MODEL)
+#define FMHA_CPU_TARGET_AMX                                                                               \
+  __attribute__((target("amx-tile,amx-bf16,avx512fp16,avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma," \
+                        "f16c")))
+#define FMHA_CPU_TARGET_AVX512FP16 \
+  __attribute__((target("avx512fp16,avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#else  // cpu_amx.h's developer model: these paths run where avx512bf16 does
+        // (under avx512fp16 GCC moves 16-bit values with vmovw)
+#define FMHA_CPU_TARGET_AMX __attribute__((target("avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define FMHA_CPU_TARGET_AVX512FP16 FMHA_CPU_TARGET_AMX
+#endif
 #define FMHA_CPU_TARGET_AVX512BF16 \
   __attribute__((target("avx512bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define FMHA_CPU_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
@@ -227,6 +245,9 @@ int64_t partial_bytes(const Problem& p, const Plan& plan) {
 struct ScratchLayout {
   int64_t rows, keys, dp;  // tile shape; dp = head_dim padded to kMicroCols
   int64_t qt, k, v, s, o;  // float arrays
+  int64_t pp;              // amx path: P as BF16 hi and lo planes, rows x keys each
+  int64_t stage;           // amx path: V rows (hi, lo: keys x dp each), one K row (hi, lo: dp each), BF16
+  int64_t row;             // float[dp]: one converted row
   int64_t m, l, alpha, m_safe, tile_max, tile_sum;  // float[rows]
   int64_t lo, hi;          // int64[rows]: each row's key range
   int64_t c0, c1;          // int32[rows]: the range relative to one tile
@@ -249,8 +270,11 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.qt = take(s.dp * s.rows * f);        // Q^T: head_dim x rows (or Q: rows x dp)
   s.k = take(s.keys * s.dp * f);         // K tile: keys x dp
   s.v = take(s.keys * s.dp * f);         // V tile: keys x dp
-  s.s = take(s.keys * s.rows * f);       // S, then P: keys x rows
+  s.s = take(s.keys * s.rows * f);       // S, then P: keys x rows (rows x keys: dot and amx blocks)
   s.o = take(s.rows * s.dp * f);         // o: rows x dp
+  s.pp = take(2 * s.rows * s.keys * static_cast<int64_t>(sizeof(uint16_t)));
+  s.stage = take(2 * (s.keys + 1) * s.dp * static_cast<int64_t>(sizeof(uint16_t)));
+  s.row = take(s.dp * f);
   s.m = take(s.rows * f);
   s.l = take(s.rows * f);
   s.alpha = take(s.rows * f);
@@ -590,7 +614,7 @@ FMHA_CPU_INLINE void dot_scores(const float* k, int64_t ldk, const float* q, int
 // The softmax steps of one tile (seed section 4, as in run_block) for
 // scores stored rows x keys (row r at s + r * lds, keys [0, bc)): every loop
 // runs along one row's keys, and the max and the sum are taken in kLanes
-// lanes folded in a fixed order. Each row is soft-capped, gets the bias
+// lanes folded in a fixed order (a tree). Each row is soft-capped, gets the bias
 // and ALiBi terms (`extra`, null when the problem has neither) and, when
 // `edge`, keys outside row r's [lo[r], hi[r]) are masked, in that order.
 template <class Extra>
@@ -614,7 +638,13 @@ FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc,
       for (int64_t x = 0; x < kLanes; ++x) lane[x] = sr[j + x] > lane[x] ? sr[j + x] : lane[x];
     float tile_max = -kInf;
     for (; j < bc; ++j) tile_max = sr[j] > tile_max ? sr[j] : tile_max;
-    for (int64_t x = 0; x < kLanes; ++x) tile_max = lane[x] > tile_max ? lane[x] : tile_max;
+    // The lanes fold as a tree (halves, then quarters, ...; fold_lanes'
+    // order for the sum below): a serial fold is a chain of kLanes
+    // dependent steps per row, which a block of 128 rows (the amx path)
+    // pays in full.
+    for (int64_t w = kLanes / 2; w > 0; w /= 2)
+      for (int64_t x = 0; x < w; ++x) lane[x] = lane[x + w] > lane[x] ? lane[x + w] : lane[x];
+    tile_max = lane[0] > tile_max ? lane[0] : tile_max;
     // m' = max(m, m~), alpha = e^(m - m'), with 0 as the subtrahend while
     // m' = -inf (see run_block).
     const float mn = m[r] > tile_max ? m[r] : tile_max;
@@ -635,7 +665,17 @@ FMHA_CPU_INLINE void softmax_rows(float* s, int64_t lds, int64_t nr, int64_t bc,
       sr[j] = e;
       sum += e;
     }
-    for (int64_t x = 0; x < kLanes; ++x) sum += lane[x];
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+    {  // in registers (through the stack, the tree stalls on store forwarding)
+      LanesF v;
+      load_lanes(lane, v);
+      sum += fold_lanes(v);
+    }
+#else
+    for (int64_t w = kLanes / 2; w > 0; w /= 2)
+      for (int64_t x = 0; x < w; ++x) lane[x] += lane[x + w];
+    sum += lane[0];
+#endif
     l[r] = alpha[r] * l[r] + sum;
   }
 }
@@ -763,6 +803,11 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_dot_tile(const ui
 
 // ---- raw 16-bit scores, per path -------------------------------------------------
 
+// The x86 paths with vdpbf16ps: avx512bf16 and the two above it.
+constexpr bool isa_has_bf16_dot(CpuIsa isa) {
+  return isa == CpuIsa::kAvx512Bf16 || isa == CpuIsa::kAvx512Fp16 || isa == CpuIsa::kAmx;
+}
+
 // S = scale * K_tile . Q^T (keys x rows) from raw 16-bit K rows (ldk apart)
 // and Q in the path's layout: BF16 pair-interleaved on avx512bf16
 // (bf16_score_tile), F16 Q^T on neonfp16 (f16_score_tile_neon). run_block
@@ -771,7 +816,7 @@ template <CpuIsa kIsa>
 FMHA_CPU_INLINE void raw_score_tile(const uint16_t* k, int64_t ldk, const uint16_t* q, int64_t ldq, float* s,
                                     int64_t lds, int64_t nk, int64_t np, int64_t head_dim, float scale) {
 #if FMHA_CPU_X86_VARIANTS
-  if constexpr (kIsa == CpuIsa::kAvx512Bf16) bf16_score_tile(k, ldk, q, ldq, s, lds, nk, np, (head_dim + 1) / 2, scale);
+  if constexpr (isa_has_bf16_dot(kIsa)) bf16_score_tile(k, ldk, q, ldq, s, lds, nk, np, (head_dim + 1) / 2, scale);
 #endif
 #if FMHA_CPU_NEON_FP16
   if constexpr (kIsa == CpuIsa::kNeonFp16) f16_score_tile_neon(k, ldk, q, ldq, s, lds, nk, np, head_dim, scale);
@@ -785,7 +830,7 @@ template <CpuIsa kIsa>
 FMHA_CPU_INLINE void raw_dot_tile(const uint16_t* k, int64_t ldk, const uint16_t* q, int64_t ldq, float* s,
                                   int64_t lds, int64_t nk, int64_t nr, int64_t dp, float scale) {
 #if FMHA_CPU_X86_VARIANTS
-  if constexpr (kIsa == CpuIsa::kAvx512Bf16) bf16_dot_tile(k, ldk, q, ldq, s, lds, nk, nr, dp, scale);
+  if constexpr (isa_has_bf16_dot(kIsa)) bf16_dot_tile(k, ldk, q, ldq, s, lds, nk, nr, dp, scale);
 #endif
 #if FMHA_CPU_NEON_FP16
   if constexpr (kIsa == CpuIsa::kNeonFp16) f16_dot_tile_neon(k, ldk, q, ldq, s, lds, nk, nr, dp, scale);
@@ -956,15 +1001,39 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const int64_t KT = dot ? kDotTileKeys : L.keys;  // keys per streamed tile
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
   // Scores from raw 16-bit Q and K: BF16 with vdpbf16ps on the avx512bf16
-  // path (see bf16_score_tile), F16 with FMLAL on the neonfp16 path
+  // path and the x86 paths above it (see bf16_score_tile; on the amx path
+  // for packed decode blocks only), F16 with FMLAL on the neonfp16 path
   // (cpu_fp16_neon.h). Q and the K tiles stay raw; V still converts to FP32.
-  constexpr fmha_dtype kRawDtype = kIsa == CpuIsa::kAvx512Bf16 ? FMHA_DTYPE_BF16
+  constexpr fmha_dtype kRawDtype = isa_has_bf16_dot(kIsa) ? FMHA_DTYPE_BF16
                                    : kIsa == CpuIsa::kNeonFp16 ? FMHA_DTYPE_F16
                                                                : FMHA_DTYPE_F32;  // F32: none
+#if FMHA_CPU_X86_VARIANTS
+  constexpr bool kAmx = kIsa == CpuIsa::kAmx;
+#else
+  constexpr bool kAmx = false;
+#endif
+  // AMX (amx path, blocks of the padded product, q BF16 or F16 and K/V
+  // BF16, F16 or FP8): both products on tiles (cpu_amx.h), with the scores
+  // rows x keys as in the dot form (S = Q . K_tile^T, then softmax_rows),
+  // so P needs no transpose before P . V. Q (rows of DP, unscaled) goes in
+  // as the left operand, each K tile and V tile in VNNI form (element
+  // (d, j) of K^T at vnni_at(d, j, keys), (j, x) of V at vnni_at(j, x,
+  // DP)), P rows x keys. Every operand is a BF16 plane (hi), exact for BF16
+  // and FP8 values (FP8 has 2-3 mantissa bits and BF16's exponent range
+  // covers it), with a second plane (lo, amx::split: exact) for F16 q or
+  // K/V; P is rounded to BF16 (one plane) when q or K/V is BF16, whose
+  // tolerance allows it, and otherwise split to 16 bits.
+  const bool kv_16 = kvt == FMHA_DTYPE_BF16 || kvt == FMHA_DTYPE_F16;
+  const bool amx = kAmx && !dot && (dt == FMHA_DTYPE_BF16 || dt == FMHA_DTYPE_F16) &&
+                   (kv_16 || kvt == FMHA_DTYPE_F8E4M3 || kvt == FMHA_DTYPE_F8E5M2);
+  [[maybe_unused]] const bool q_split = amx && dt == FMHA_DTYPE_F16;  // Q has a lo plane
+  const bool kv_split = amx && kvt == FMHA_DTYPE_F16;  // K and V have lo planes
+  [[maybe_unused]] const bool p_split = amx && dt != FMHA_DTYPE_BF16 && kvt != FMHA_DTYPE_BF16;
+  const bool kv_raw = amx && kvt == FMHA_DTYPE_BF16;   // K/V rows copied as they are
   // Q and K both of that dtype (fmha.h 0.3 allows FP8 K/V beside a 16-bit
-  // q: those take the FP32 path).
+  // q: those take the FP32 path, or the amx path's tiles).
   const bool raw_qk = kRawDtype != FMHA_DTYPE_F32 && dt == kRawDtype && p.kv_dtype == kRawDtype;
-  const bool raw_scores = raw_qk && !dot;
+  const bool raw_scores = raw_qk && !dot && !amx;
   // Likewise for packed dot-product blocks (bf16_dot_tile, f16_dot_tile_neon):
   // Q rows and K tile rows raw, DP elements apart, zero past head_dim.
   const bool raw_dots = raw_qk && dot;
@@ -988,6 +1057,21 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   int64_t* hi = at_offset<int64_t>(base, L.hi);
   int32_t* c0 = at_offset<int32_t>(base, L.c0);
   int32_t* c1 = at_offset<int32_t>(base, L.c1);
+  float* row = at_offset<float>(base, L.row);
+  // The amx path's BF16 planes: hi, then lo, in the arrays of Q^T, the K
+  // and V tiles and pp.
+  uint16_t* q_hi = reinterpret_cast<uint16_t*>(qt);
+  uint16_t* q_lo = q_hi + DP * BR;
+  uint16_t* k_hi = reinterpret_cast<uint16_t*>(kt);
+  uint16_t* k_lo = k_hi + L.keys * DP;
+  uint16_t* v_hi = reinterpret_cast<uint16_t*>(vt);
+  uint16_t* v_lo = v_hi + L.keys * DP;
+  uint16_t* p_hi = at_offset<uint16_t>(base, L.pp);
+  uint16_t* p_lo = p_hi + BR * L.keys;
+  uint16_t* stage_v_hi = at_offset<uint16_t>(base, L.stage);
+  uint16_t* stage_v_lo = stage_v_hi + L.keys * DP;
+  uint16_t* stage_k_hi = stage_v_lo + L.keys * DP;
+  uint16_t* stage_k_lo = stage_k_hi + DP;
 
   // Each row's visible keys [lo, hi) (mask.h). Padding rows copy the last
   // real row, so they never widen the block's range or add edge tiles.
@@ -1021,7 +1105,22 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const Operand& q = p.q;
     const char* q_data = static_cast<const char*>(q.data);
     const float scale = qk_scale;
-    if (raw_scores && kRawDtype == FMHA_DTYPE_F16) {
+    if (amx) {
+      // Q rows of DP, unscaled, zero past head_dim and for padding rows.
+      for (int64_t r = 0; r < np; ++r) {
+        uint16_t* qh = q_hi + r * DP;
+        uint16_t* ql = q_lo + r * DP;
+        if (r < nr) {
+          load_row<kIsa>(q_data + sq.row_at(q, h_of(r), i_of(r)) * dtype_size(dt), q.stride[3], D, dt, row);
+          for (int64_t d = 0; d < D; ++d) amx::split(row[d], qh + d, ql + d);
+        }
+        for (int64_t d = r < nr ? D : 0; d < DP; ++d) qh[d] = ql[d] = 0;
+      }
+      // P's padding rows stay zero (so o's stay zero): softmax_rows runs
+      // over the block's rows only.
+      std::memset(p_hi + nr * L.keys, 0, (np - nr) * L.keys * sizeof(uint16_t));
+      std::memset(p_lo + nr * L.keys, 0, (np - nr) * L.keys * sizeof(uint16_t));
+    } else if (raw_scores && kRawDtype == FMHA_DTYPE_F16) {
       // qh[d][row], unscaled; padding rows 0 (FMLAL's Q^T, cpu_fp16_neon.h).
       uint16_t* qh = reinterpret_cast<uint16_t*>(qt);
       for (int64_t r = 0; r < np; ++r) {
@@ -1053,7 +1152,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         for (int64_t d = D; d < DP; ++d) qr[r * DP + d] = 0;
       }
     }
-    for (int64_t r = 0; r < np && !raw16; ++r) {
+    for (int64_t r = 0; r < np && !raw16 && !amx; ++r) {
       if (r < nr) {
         const int64_t at = sq.row_at(q, h_of(r), i_of(r));
         load_row<kIsa>(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
@@ -1128,6 +1227,42 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
       int64_t k_at, v_at;
       sq.key_at(hk, j0 + j, &k_at, &v_at);
+      if (amx) {
+        // Key j: its K row and its V row as BF16 rows (raw for BF16, hi and
+        // lo for F16) in the staging area, zero past head_dim; the K row
+        // goes on into column j of K^T's VNNI form (a pair (d, d + 1) is one
+        // 32-bit word there), the V rows pair up into VNNI form after the
+        // loop.
+        const char* ks = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
+        const char* vs = static_cast<const char*>(v.data) + v_at * dtype_size(kvt);
+        uint16_t* vr_hi = stage_v_hi + j * DP;
+        uint16_t* vr_lo = stage_v_lo + j * DP;
+        if (!kv_raw) {
+          load_row<kIsa>(ks, k.stride[3], D, kvt, row);
+          for (int64_t d = 0; d < D; ++d) amx::split(row[d], stage_k_hi + d, stage_k_lo + d);
+          load_row<kIsa>(vs, v.stride[3], D, kvt, row);
+          for (int64_t x = 0; x < D; ++x) amx::split(row[x], vr_hi + x, vr_lo + x);
+        } else {
+          const uint16_t* k16 = reinterpret_cast<const uint16_t*>(ks);
+          const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs);
+          if (k.stride[3] == 1)
+            std::memcpy(stage_k_hi, k16, D * sizeof(uint16_t));
+          else
+            for (int64_t d = 0; d < D; ++d) stage_k_hi[d] = k16[d * k.stride[3]];
+          if (v.stride[3] == 1)
+            std::memcpy(vr_hi, v16, D * sizeof(uint16_t));
+          else
+            for (int64_t x = 0; x < D; ++x) vr_hi[x] = v16[x * v.stride[3]];
+        }
+        for (int64_t d = D; d < DP; ++d) stage_k_hi[d] = stage_k_lo[d] = vr_hi[d] = vr_lo[d] = 0;
+        const int64_t KK = L.keys;
+        for (int64_t pr = 0; pr < DP / 2; ++pr)
+          std::memcpy(k_hi + 2 * (pr * KK + j), stage_k_hi + 2 * pr, 2 * sizeof(uint16_t));
+        if (kv_split)
+          for (int64_t pr = 0; pr < DP / 2; ++pr)
+            std::memcpy(k_lo + 2 * (pr * KK + j), stage_k_lo + 2 * pr, 2 * sizeof(uint16_t));
+        continue;
+      }
       if (raw16) {  // the raw 16-bit row, an odd head_dim padded to a whole pair
         uint16_t* kr = reinterpret_cast<uint16_t*>(kt) + j * k_raw_ld;
         const uint16_t* ks = static_cast<const uint16_t*>(k.data) + k_at;
@@ -1149,13 +1284,60 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // reaches its O (fmha.h, "Non-finite data"). Finite tiles, the rule,
     // take the register-blocked product, where 0 * v = 0 exactly.
     uint32_t v_nonfinite = 0;
-    for (int64_t j = 0; j < bc; ++j) {
-      const float* vj = vt + j * DP;
-      for (int64_t d = 0; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
+    // amx: the keys of the tile's last 32-key step past bc are zero in K
+    // and V (a stale NaN there would meet P's zero padding); V is checked
+    // on its hi plane (an F16 inf or NaN stays one in BF16, and no finite
+    // F16 value overflows BF16).
+    const int64_t kp = round_up(bc, amx::kBlock);
+    if (amx) {
+      for (int64_t j = bc; j < kp; ++j)
+        for (int64_t x = 0; x < DP; ++x) k_hi[amx::vnni_at(x, j, L.keys)] = k_lo[amx::vnni_at(x, j, L.keys)] = 0;
+      // V: staged rows (2 jp, 2 jp + 1) become VNNI row jp, interleaved
+      // column by column (hi, and lo for F16); an odd last row pairs with
+      // zero, and the rows of pairs up to kp are zero.
+      const int64_t pairs_v = (bc + 1) / 2;
+      for (int plane = 0; plane < (kv_split ? 2 : 1); ++plane) {
+        uint16_t* src = plane == 0 ? stage_v_hi : stage_v_lo;
+        uint16_t* dst = plane == 0 ? v_hi : v_lo;
+        if (bc & 1) std::memset(src + bc * DP, 0, DP * sizeof(uint16_t));
+        for (int64_t jp = 0; jp < pairs_v; ++jp) {
+          const uint16_t* a = src + 2 * jp * DP;
+          const uint16_t* b = a + DP;
+          uint16_t* w = dst + jp * 2 * DP;
+          for (int64_t x = 0; x < DP; ++x) {
+            w[2 * x] = a[x];
+            w[2 * x + 1] = b[x];
+          }
+        }
+        std::memset(dst + pairs_v * 2 * DP, 0, (kp / 2 - pairs_v) * 2 * DP * sizeof(uint16_t));
+      }
+      // The VNNI rows of keys [0, bc) are contiguous; their padding (past
+      // head_dim, an odd last key's partner) is zero.
+      const int64_t v_elems = (bc + 1) / 2 * 2 * DP;
+      for (int64_t i = 0; i < v_elems; ++i) v_nonfinite |= (v_hi[i] & 0x7f80u) == 0x7f80u;
+    } else {
+      for (int64_t j = 0; j < bc; ++j) {
+        const float* vj = vt + j * DP;
+        for (int64_t d = 0; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
+      }
     }
 
     const bool edge = j0 < full_lo || j0 + bc > full_hi;
-    if (dot) {
+    if (amx) {
+#if FMHA_CPU_AMX
+      // S = Q . K_tile^T on tiles, rows [0, np) x keys [0, kp), the scale
+      // on the FP32 sums (as bf16_score_tile), then the softmax along the
+      // block's rows.
+      amx::Term terms[amx::kMaxTerms] = {{q_hi, k_hi}};
+      int nt = 1;
+      if (q_split) terms[nt++] = {q_lo, k_hi};
+      if (kv_split) terms[nt++] = {q_hi, k_lo};
+      amx::gemm_amx(terms, nt, DP, L.keys, s, L.keys, np, kp, DP, false);
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t j = 0; j < bc; ++j) s[r * L.keys + j] *= qk_scale;
+      softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
+#endif
+    } else if (dot) {
       // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
       if (raw_dots)
         raw_dot_tile<kIsa>(reinterpret_cast<const uint16_t*>(kt), DP, reinterpret_cast<const uint16_t*>(qt), DP, s,
@@ -1232,11 +1414,48 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // is loaded into the accumulators, before the current tile's PV is
     // added (seed section 6: the other order mixes two scales). P is keys x
     // rows (s_key = BR, s_row = 1) or, dot, rows x keys.
-    const int64_t s_key = dot ? 1 : BR;
-    const int64_t s_row = dot ? L.keys : 1;
-    if (!v_nonfinite) {
+    const int64_t s_key = dot || amx ? 1 : BR;
+    const int64_t s_row = dot || amx ? L.keys : 1;
+    if (!v_nonfinite && amx) {
+#if FMHA_CPU_AMX
+      // P rows x keys (zero for keys [bc, kp)): hi and lo planes, or, when
+      // q or K/V is BF16, rounded to BF16 (one plane: bench_cpu H2 N512
+      // D128 causal BF16, rel-L2 1.6e-3 against 1.3e-3 with FP32 P, the
+      // BF16 tolerance 1e-2). Then o rescaled by alpha in memory, and o +=
+      // P . V_tile on tiles.
+      for (int64_t r = 0; r < nr; ++r) {
+        const float* sr = s + r * L.keys;
+        uint16_t* ph = p_hi + r * L.keys;
+        uint16_t* pl = p_lo + r * L.keys;
+        if (p_split) {
+          for (int64_t j = 0; j < bc; ++j) amx::split(sr[j], ph + j, pl + j);
+          for (int64_t j = bc; j < kp; ++j) ph[j] = pl[j] = 0;
+        } else {
+          for (int64_t j = 0; j < bc; ++j) ph[j] = float_to_bf16(sr[j]);
+          for (int64_t j = bc; j < kp; ++j) ph[j] = 0;
+        }
+        // alpha = 1 (the row's max did not grow: most tiles once a row
+        // has seen a few) leaves o as it is.
+        float* orow = o + r * DP;
+        if (alpha[r] != 1.f)
+          for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
+      }
+      amx::Term terms[amx::kMaxTerms] = {{p_hi, v_hi}};
+      int nt = 1;
+      if (p_split) terms[nt++] = {p_lo, v_hi};
+      if (kv_split) terms[nt++] = {p_hi, v_lo};
+      amx::gemm_amx(terms, nt, L.keys, DP, o, DP, np, DP, kp, true);
+#endif
+    } else if (!v_nonfinite) {
       gemm_rows<kRows, true>(s, s_row, s_key, vt, DP, o, DP, nr, DP, bc, alpha);
     } else {
+      if (amx)  // V again, as FP32 rows (over its planes), for the exact path
+        for (int64_t j = 0; j < bc; ++j) {
+          int64_t k_at, v_at;
+          sq.key_at(hk, j0 + j, &k_at, &v_at);
+          load_row<kIsa>(static_cast<const char*>(v.data) + v_at * dtype_size(kvt), v.stride[3], D, kvt, vt + j * DP);
+          std::memset(vt + j * DP + D, 0, (DP - D) * sizeof(float));
+        }
       for (int64_t r = 0; r < nr; ++r) {
         float* orow = o + r * DP;
         for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
@@ -1249,6 +1468,10 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
     }
   }
+
+#if FMHA_CPU_AMX
+  if (amx) amx::release_amx();
+#endif
 
   // One of several splits: the unnormalized state goes to the partials,
   // for merge_splits.
@@ -1352,6 +1575,14 @@ FMHA_CPU_TARGET_AVX512 void run_block_avx512(const Job& job, int64_t item, int w
 FMHA_CPU_TARGET_AVX512BF16 void run_block_avx512bf16(const Job& job, int64_t item, int worker) {
   run_block<CpuIsa::kAvx512Bf16>(job, item, worker);
 }
+
+FMHA_CPU_TARGET_AVX512FP16 void run_block_avx512fp16(const Job& job, int64_t item, int worker) {
+  run_block<CpuIsa::kAvx512Fp16>(job, item, worker);
+}
+
+FMHA_CPU_TARGET_AMX void run_block_amx(const Job& job, int64_t item, int worker) {
+  run_block<CpuIsa::kAmx>(job, item, worker);
+}
 #endif
 
 #if FMHA_CPU_ARM_VARIANTS
@@ -1367,6 +1598,8 @@ void run_block_neonfp16(const Job& job, int64_t item, int worker) {
 BlockFn select_block_fn() {
   switch (active_isa()) {
 #if FMHA_CPU_X86_VARIANTS
+    case CpuIsa::kAmx: return run_block_amx;
+    case CpuIsa::kAvx512Fp16: return run_block_avx512fp16;
     case CpuIsa::kAvx512Bf16: return run_block_avx512bf16;
     case CpuIsa::kAvx512: return run_block_avx512;
     case CpuIsa::kAvx2: return run_block_avx2;

@@ -10,6 +10,10 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FMHA_CPU_BASELINE_ONLY)
 #define FMHA_CPU_X86_PATHS 1
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #else
 #define FMHA_CPU_X86_PATHS 0
 #endif
@@ -32,8 +36,9 @@ struct CpuFeatures {
   bool avx2 = false;        // AVX2 + FMA + F16C, AVX state enabled by the OS
   bool avx512 = false;      // AVX-512 F/BW/DQ/VL, opmask and zmm state enabled
   bool avx512bf16 = false;  // AVX512_BF16
-  bool avx512fp16 = false;  // reported in messages only: no kernel in this build
-  bool amx = false;         // AMX-TILE + AMX-BF16, likewise
+  bool avx512fp16 = false;  // AVX512_FP16
+  bool amx = false;         // AMX-TILE + AMX-BF16, tile state enabled in XCR0
+  bool amx_permitted = false;  // ... and the OS let this process use it
   bool neon = false;        // AArch64 ASIMD (always, on AArch64)
   bool neonfp16 = false;    // asimdhp (FP16 arithmetic) + asimdfhm (FMLAL/FMLAL2)
 };
@@ -45,6 +50,24 @@ uint64_t read_xcr0() {
   uint32_t lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+#endif
+
+#if FMHA_CPU_X86_PATHS
+// Linux hands out the AMX tile-data state (XTILEDATA, 8 KiB of register
+// file per thread) only to a process that asked for it: without the grant
+// the first tile instruction faults. The request is process-wide and
+// covers threads started later; it fails when the kernel is too old or a
+// thread's sigaltstack is too small for the larger signal frame. Other
+// systems: no AMX path.
+bool request_amx_permission() {
+#if defined(__linux__)
+  constexpr long kArchReqXcompPerm = 0x1023;  // asm/prctl.h
+  constexpr long kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
 }
 #endif
 
@@ -73,6 +96,7 @@ CpuFeatures detect() {
     __cpuid_count(7, 1, a, b, c, d);
     f.avx512bf16 = f.avx512 && (a & (1u << 5));
   }
+  if (f.amx) f.amx_permitted = request_amx_permission();
 #endif
 #if FMHA_CPU_ARM_PATHS
   f.neon = true;
@@ -95,9 +119,9 @@ bool equals_lower(const char* a, const char* b) {
   return *a == *b;
 }
 
-constexpr CpuIsa kAll[] = {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16,
-                           CpuIsa::kNeon, CpuIsa::kNeonFp16};
-constexpr const char* kNames = "avx512bf16|avx512|avx2|neonfp16|neon|baseline|auto";
+constexpr CpuIsa kAll[] = {CpuIsa::kBaseline,   CpuIsa::kAvx2,       CpuIsa::kAvx512, CpuIsa::kAvx512Bf16,
+                           CpuIsa::kAvx512Fp16, CpuIsa::kAmx,        CpuIsa::kNeon,   CpuIsa::kNeonFp16};
+constexpr const char* kNames = "amx|avx512fp16|avx512bf16|avx512|avx2|neonfp16|neon|baseline|auto";
 
 }  // namespace
 
@@ -107,6 +131,8 @@ const char* isa_name(CpuIsa isa) {
     case CpuIsa::kAvx2: return "avx2";
     case CpuIsa::kAvx512: return "avx512";
     case CpuIsa::kAvx512Bf16: return "avx512bf16";
+    case CpuIsa::kAvx512Fp16: return "avx512fp16";
+    case CpuIsa::kAmx: return "amx";
     case CpuIsa::kNeon: return "neon";
     case CpuIsa::kNeonFp16: return "neonfp16";
   }
@@ -120,6 +146,13 @@ bool isa_available(CpuIsa isa) {
     case CpuIsa::kAvx2: return f.avx2;
     case CpuIsa::kAvx512: return f.avx512;
     case CpuIsa::kAvx512Bf16: return f.avx512bf16;
+#if defined(FMHA_CPU_AMX_MODEL)  // cpu_amx.h: the scalar tile model, for developer builds
+    case CpuIsa::kAvx512Fp16:
+    case CpuIsa::kAmx: return f.avx512bf16;
+#else
+    case CpuIsa::kAvx512Fp16: return f.avx512bf16 && f.avx512fp16;
+    case CpuIsa::kAmx: return f.avx512bf16 && f.avx512fp16 && f.amx && f.amx_permitted;
+#endif
     case CpuIsa::kNeon: return f.neon;
     case CpuIsa::kNeonFp16: return f.neonfp16;
   }
@@ -145,16 +178,14 @@ CpuIsa choose_isa(const char* request, std::string* message) {
     }
     return best;
   };
-  for (CpuIsa isa : kAll)
-    if (equals_lower(request, isa_name(isa)))
-      return isa_available(isa) ? isa : refuse("not available on this CPU");
   const CpuFeatures& f = features();
-  if (equals_lower(request, "amx"))
-    return refuse(f.amx ? "this CPU has AMX-BF16 but this build has no AMX kernel"
-                        : "not available in this build or on this CPU");
-  if (equals_lower(request, "avx512fp16"))
-    return refuse(f.avx512fp16 ? "this CPU has AVX512-FP16 but this build has no AVX512-FP16 kernel"
-                               : "not available in this build or on this CPU");
+  for (CpuIsa isa : kAll)
+    if (equals_lower(request, isa_name(isa))) {
+      if (isa_available(isa)) return isa;
+      if (isa == CpuIsa::kAmx && f.amx && !f.amx_permitted)
+        return refuse("not available: the OS refused the AMX tile-data permission (arch_prctl)");
+      return refuse("not available on this CPU");
+    }
   char why[128];
   std::snprintf(why, sizeof why, "unknown value (expected %s)", kNames);
   return refuse(why);

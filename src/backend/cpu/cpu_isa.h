@@ -11,6 +11,16 @@
 //   avx512      AVX-512 F/BW/DQ/VL (+ the avx2 set)
 //   avx512bf16  avx512 + AVX512-BF16: BF16 Q.K^T (query blocks and decode
 //               dot products) with vdpbf16ps, FP32 sums; P.V stays FP32
+//   avx512fp16  avx512bf16 + AVX512-FP16 (the compiler may use it): so far
+//               the avx512bf16 kernels. FP16 arithmetic rounds every
+//               product to 11 bits and these CPUs have no FP32-accumulating
+//               FP16 dot product (vdpphps is AVX10.2), so F16 products stay
+//               FP32 here; F16 goes to tiles on the amx path
+//   amx         avx512fp16 + AMX-TILE + AMX-BF16, and the OS granted the
+//               tile-data state (Linux arch_prctl ARCH_REQ_XCOMP_PERM,
+//               requested once): Q.K^T and P.V of query blocks with BF16 or
+//               F16 q and BF16, F16 or FP8 K/V on AMX tiles (cpu_amx.h),
+//               FP32 sums
 // AArch64 (cpu_attention_neon.h):
 //   neon        ASIMD intrinsics: hardware F16 conversion (FCVTL/FCVTN),
 //               FP32 arithmetic
@@ -18,10 +28,9 @@
 //               long of FEAT_FHM (asimdfhm): F16 Q.K^T multiplies F16 pairs
 //               exactly into FP32 sums (FMLAL/FMLAL2); P.V stays FP32.
 //               Plain FP16 FMLA (FP16 sums) would miss the F16 tolerance.
-// A path of the other architecture is never available; the names reserved
-// for kernels this build does not have (amx, avx512fp16) are recognized and
-// refused with a message. Only x86-64 and AArch64 builds with GCC or Clang
-// have paths above baseline; elsewhere everything is baseline.
+// A path of the other architecture is never available. Only x86-64 and
+// AArch64 builds with GCC or Clang have paths above baseline; elsewhere
+// everything is baseline.
 #pragma once
 
 #include <string>
@@ -35,18 +44,26 @@ enum class CpuIsa : int {
   kAvx512Bf16 = 3,
   kNeon = 4,
   kNeonFp16 = 5,
+  kAvx512Fp16 = 6,
+  kAmx = 7,
 };
 
 // Whether the path is one of x86-64 (avx2 and above) or of AArch64 (neon and
-// above); the baseline is neither.
-constexpr bool isa_is_x86(CpuIsa isa) { return isa >= CpuIsa::kAvx2 && isa <= CpuIsa::kAvx512Bf16; }
-constexpr bool isa_is_arm(CpuIsa isa) { return isa >= CpuIsa::kNeon; }
+// above); the baseline is neither. The values order each architecture's
+// paths (a path includes the ones below it), not the two together.
+constexpr bool isa_is_x86(CpuIsa isa) {
+  return (isa >= CpuIsa::kAvx2 && isa <= CpuIsa::kAvx512Bf16) || isa == CpuIsa::kAvx512Fp16 || isa == CpuIsa::kAmx;
+}
+constexpr bool isa_is_arm(CpuIsa isa) { return isa == CpuIsa::kNeon || isa == CpuIsa::kNeonFp16; }
 
-// "baseline", "avx2", "avx512", "avx512bf16", "neon", "neonfp16".
+// "baseline", "avx2", "avx512", "avx512bf16", "avx512fp16", "amx", "neon",
+// "neonfp16".
 const char* isa_name(CpuIsa isa);
 
 // Whether this build has the path and this CPU (and OS: the register state
-// must be enabled in XCR0) can run it. Baseline is always available.
+// must be enabled in XCR0; for amx, the tile-data permission granted) can
+// run it. Baseline is always available. The first query of amx's
+// availability on a CPU with AMX makes the permission request.
 bool isa_available(CpuIsa isa);
 
 // The best available path.
