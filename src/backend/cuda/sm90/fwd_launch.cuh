@@ -66,13 +66,15 @@ template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   using Cfg = typename Sm90Tuning<kHeadDim>::Config;
   // One kernel per (score transforms, serving layout): the plain dense one
-  // reads no metadata and runs no score transform.
+  // reads no metadata and runs no score transform. The kAll kernel is the
+  // serving one alone: with no metadata its TileWork resolves a dense batch
+  // to the same extents (core/seq_layout.h), so one instantiation serves both.
   auto by_layout = [&](auto ops) {
     constexpr ScoreOps kOps = decltype(ops)::value;
     return f.layout.any() ? launch_fwd_kernel<T, Cfg, kOps, true>(f, a) : launch_fwd_kernel<T, Cfg, kOps, false>(f, a);
   };
   const fmha_status s =
-      a.ops == ScoreOps::kAll       ? by_layout(std::integral_constant<ScoreOps, ScoreOps::kAll>{})
+      a.ops == ScoreOps::kAll       ? launch_fwd_kernel<T, Cfg, ScoreOps::kAll, true>(f, a)
       : a.ops == ScoreOps::kSoftcap ? by_layout(std::integral_constant<ScoreOps, ScoreOps::kSoftcap>{})
                                     : by_layout(std::integral_constant<ScoreOps, ScoreOps::kNone>{});
   if (s != FMHA_SUCCESS || f.num_splits == 1) return s;
