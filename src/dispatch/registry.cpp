@@ -44,7 +44,7 @@ const KernelEntry kKernels[] = {
      "paged K/V (fast page_size: 16, 32, 64 or a multiple of the key tile, 64 keys at head_dim 128 and 256, "
      "128 at 32 and 64, not 16 at head_dim 32 nor any at 96: one block-table read per page and key tile; every "
      "other page_size runs, reading the table once per key); an FP8 K/V cache (F8E4M3 or F8E5M2 under an F16/BF16 q, "
-     "o in q's dtype) read as FP8 and converted in shared memory; descales",
+     "o in q's dtype) read as FP8 and converted in shared memory, with q/k/v descales",
      FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}},
      kFeatureServing | kFeatureMixedDtypes | kFeatureDescale, 16, 10,
      cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},

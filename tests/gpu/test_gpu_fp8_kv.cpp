@@ -7,7 +7,8 @@
 // 1..8 per sequence, GQA-packed into the narrow tile) with forced key
 // splits, causal prefill on the wide tile, dense, seqused_k, ragged and
 // paged layouts. Then what the family still refuses, with the reason
-// explain gives: an FP8 q, o in another dtype than q.
+// explain gives: an FP8 q, o in another dtype than q, descales with 16-bit
+// K/V.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
@@ -186,26 +187,6 @@ TEST_CASE("sm80 FP8 K/V: prefill on the wide tile, causal, windows, softcap, rag
   run_group("fp8 kv prefill", cases, {1, 0, 4});
 }
 
-TEST_CASE("sm80: descales on 16-bit K/V") {
-  std::vector<ServingCase> cases;
-  for (fmha_dtype qt : kQTypes) {
-    ServingCase c = fp8_case(qt, qt, 8, 2, 128);
-    c.kv_dtype = static_cast<fmha_dtype>(0);
-    c.q_layout = QLayout::kDense;
-    c.len_q = {1, 1, 1};
-    c.len_k = {900, 5, 64};
-    c.seqused_k = true;
-    cases.push_back(c);
-    c.len_q = {150, 150};
-    c.len_k = {150, 150};
-    c.seqused_k = false;
-    c.mask_flags = FMHA_MASK_CAUSAL;
-    c.softcap = qt == FMHA_DTYPE_F16 ? 3.f : 0.f;
-    cases.push_back(c);
-  }
-  run_group("16-bit descales", cases, {1, 0, 3});
-}
-
 TEST_CASE("sm80 FP8 K/V: what the family refuses names the reason") {
   GpuHandle h;
   REQUIRE(h.status() == FMHA_SUCCESS);
@@ -216,19 +197,23 @@ TEST_CASE("sm80 FP8 K/V: what the family refuses names the reason") {
   c.len_k = {100, 100};
   struct Refusal {
     const char* name;
-    fmha_dtype q, o;
+    fmha_dtype q, kv, o;
     const char* reason;
     const char* other;  // what a build without an F16 instantiation says instead
   };
   const Refusal refusals[] = {
-      {"o in F32", FMHA_DTYPE_BF16, FMHA_DTYPE_F32, "does not run dtype F32", nullptr},
-      {"o in F16 under a BF16 q", FMHA_DTYPE_BF16, FMHA_DTYPE_F16, "o must be q's dtype", "does not run dtype F16"},
-      {"an FP8 q", FMHA_DTYPE_F8E4M3, FMHA_DTYPE_BF16, "FP8 q is not run", nullptr},
+      {"o in F32", FMHA_DTYPE_BF16, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F32, "does not run dtype F32", nullptr},
+      {"o in F16 under a BF16 q", FMHA_DTYPE_BF16, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F16, "o must be q's dtype",
+       "does not run dtype F16"},
+      {"an FP8 q", FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_BF16, "FP8 q is not run", nullptr},
+      {"descales with BF16 K/V", FMHA_DTYPE_BF16, FMHA_DTYPE_BF16, FMHA_DTYPE_BF16,
+       "does not support descales with 16-bit K/V", nullptr},
   };
   g_explain_handle = h.get();
   for (const Refusal& x : refusals) {
     CAPTURE(x.name);
     c.dtype = x.q;
+    c.kv_dtype = x.kv;
     c.o_dtype = x.o;
     const fmha_test::PreparedServingCase pc(c);
     fmha_test::RunOptions opt;

@@ -4,10 +4,10 @@
 // FMHA_ERROR_UNSUPPORTED (nothing written), explain names the feature for
 // each CUDA kernel, and forcing a kernel names it too. When a kernel family
 // gains a feature, its row declares the bit and this test's expectation for
-// that family must change with it. cuda_sm80_tc declares mixed dtypes (an
-// FP8 KV cache under an F16/BF16 q) and descales: those two features are
-// checked on cuda_generic forced by name only (tests/gpu/test_gpu_fp8_kv.cpp
-// runs them on cuda_sm80_tc).
+// that family must change with it. cuda_sm80_tc runs FP8 K/V under an
+// F16/BF16 q (its row declares mixed dtypes and descales, descales with FP8
+// K/V only): that feature is checked on cuda_generic forced by name only
+// (tests/gpu/test_gpu_fp8_kv.cpp runs it on cuda_sm80_tc).
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -67,7 +67,7 @@ TEST_CASE("CUDA handle: the inference-numerics features are UNSUPPORTED, and exp
       {"o in F32 under F16 inputs", "does not support mixed dtypes",
        [](fmha_forward_params* p, void*, void*) { p->o.dtype = FMHA_DTYPE_F32; }},
       {"descales", "does not support descales",
-       [](fmha_forward_params* p, void*, void* f) { p->k_descale = static_cast<const float*>(f); }, true},
+       [](fmha_forward_params* p, void*, void* f) { p->k_descale = static_cast<const float*>(f); }},
       {"bias", "does not support an additive bias",
        [](fmha_forward_params* p, void* b, void*) {
          p->bias.data = b;

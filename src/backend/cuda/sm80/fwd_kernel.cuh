@@ -646,10 +646,11 @@ struct Epilogue {
 // key = 1 tile of 2D bytes). Raw K[t+2] and V[t+2] are in flight while tile
 // t is computed (groups K0, V0, K1, V1, then K[t+2], V[t+2] per tile, so
 // "V[t] landed" is wait_group(2) and "K[t+1] landed" wait_group(1)). Per
-// tile: barrier 1 publishes K[t] (converted during tile t-1) and frees the
-// V tile; S = Q K^T; V[t] is converted; barrier 2 publishes it (and votes
-// NonFiniteV) and frees the K tile; K[t+1] is converted, K/V[t+2] issued;
-// O += P V.
+// tile: barrier 1 publishes K[t] (converted at the end of tile t-1) and
+// frees the V tile; V[t] is converted; S = Q K^T; barrier 2 publishes V[t]
+// (and votes NonFiniteV) and frees the K tile; O += P V; K[t+1] is
+// converted and K/V[t+2] issued. The conversions sit where no score is
+// live, so they cost few registers.
 // ---------------------------------------------------------------------------
 // kMode: the operand layout this instantiation reads (launch.h: SeqMode).
 // Dense problems read no metadata; ragged and seqused_k problems resolve
@@ -674,14 +675,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const KvT* k = static_cast<const KvT*>(p.k) + w.k_offset(p) + w.hk * p.k_stride[1];
   const KvT* v = static_cast<const KvT*>(p.v) + w.v_offset(p) + w.hk * p.v_stride[1];
 
-  // Descales (fmha.h 0.3): the logits of the unit's (sequence, KV head) are
+  // Descales (fmha.h 0.3; the kFp8Kv instantiations only: in the 16-bit
+  // ones at 255 registers the held factor cost 150-250 bytes of spills,
+  // ptxas sm_90): the logits of the unit's (sequence, KV head) are
   // scale * q_descale * k_descale * (q.k), so the factor joins the score
   // factor: softcap's input scale, or else the softmax's raw-score -> log2
   // factor (which the lse shares; a negative factor flips the scores'
-  // sign instead, so the running max stays a max).
+  // sign instead, so the running max stays a max). The 16-bit
+  // instantiations read p.score_log2 / p.softcap_in at each use, as before.
   float score_log2 = p.score_log2, cap_in = p.softcap_in;
   bool negate = false;
-  if (p.q_descale != nullptr || p.k_descale != nullptr) {
+  if (kFp8Kv && (p.q_descale != nullptr || p.k_descale != nullptr)) {
     const float d = qk_descale(p, w.b, w.hk);
     if constexpr (kSoftcap) {
       cap_in *= d;
@@ -795,12 +799,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
+    [[maybe_unused]] const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
+    [[maybe_unused]] bool v_bad = false;
     if constexpr (kFp8Kv) {
       __syncthreads();  // K[t] converted by every thread; every warp is done with V[t-1]
+      // V[t] into the V tile now, while no score is live (registers); the
+      // non-finite check only on tiles with a mask edge (below).
+      cp_async_wait<2>();  // raw V[t] landed (this thread's part)
+      const uint32_t raw = static_cast<uint32_t>((t - w.t_begin) & 1) * Fp8Tile::kRawBytes;
+      const int n0 = t * Cfg::kBlockN;
+      const bool check = kGuardNonFiniteV && (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min);
+      v_bad = Fp8Tile::convert(smem, rawV + raw, sV16 - sQ, tid, e4m3, check);
     } else {
       cp_async_wait<1>();  // K[t] landed (this thread's part) ...
       __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
-      const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
       const int n_next = (t + 1) * Cfg::kBlockN;
       if (t + 1 < w.t_end) load_k(sK + next, n_next);
       cp_async_commit();
@@ -827,28 +839,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
           for (int e = 0; e < 4; ++e) s[ms][nt][e] = -s[ms][nt][e];
     }
 
-    if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, cap_in, p.softcap_out);
+    if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, kFp8Kv ? cap_in : p.softcap_in, p.softcap_out);
     const int n0 = t * Cfg::kBlockN;
     const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
     if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
-    sm.update(s, o, score_log2);
+    sm.update(s, o, kFp8Kv ? score_log2 : p.score_log2);
 
     bool guard;
     if constexpr (kFp8Kv) {
-      const uint32_t raw = static_cast<uint32_t>((t - w.t_begin) & 1) * Fp8Tile::kRawBytes;
-      cp_async_wait<2>();  // raw V[t] landed (this thread's part)
-      const bool bad = Fp8Tile::convert(smem, rawV + raw, sV16 - sQ, tid, e4m3, kGuardNonFiniteV && edge);
       // The barrier publishes V[t], frees the K tile, and votes NonFiniteV.
-      guard = __syncthreads_or(kGuardNonFiniteV && edge && bad) != 0;
-      cp_async_wait<1>();  // raw K[t+1] landed
-      if (t + 1 < w.t_end)
-        Fp8Tile::convert(smem, rawK + (Fp8Tile::kRawBytes - raw), sK - sQ, tid, e4m3, false);
-      // Raw K/V[t+2] into the stages of t: this thread has converted both.
-      const int n2 = (t + 2) * Cfg::kBlockN;
-      if (t + 2 < w.t_end) load_k(rawK + raw, n2);
-      cp_async_commit();
-      if (t + 2 < w.t_end) load_v(rawV + raw, n2);
-      cp_async_commit();
+      guard = __syncthreads_or(kGuardNonFiniteV && edge && v_bad) != 0;
     } else {
       cp_async_wait<2>();  // V[t] landed (this thread's part)
       // The barrier doubles as the vote of NonFiniteV: only edge tiles look.
@@ -860,12 +860,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       warp_pv_guarded<T, Cfg>(o, s, sVt, addr);
     else
       WarpPV<T, Cfg>::run(o, s, sVt, addr);
+
+    if constexpr (kFp8Kv) {
+      // K[t+1] into the K tile (P is consumed: fewer live registers), then
+      // raw K/V[t+2] into the stages of t, whose chunks this thread has
+      // converted.
+      const uint32_t raw = static_cast<uint32_t>((t - w.t_begin) & 1) * Fp8Tile::kRawBytes;
+      cp_async_wait<1>();  // raw K[t+1] landed
+      if (t + 1 < w.t_end) Fp8Tile::convert(smem, rawK + (Fp8Tile::kRawBytes - raw), sK - sQ, tid, e4m3, false);
+      const int n2 = (t + 2) * Cfg::kBlockN;
+      if (t + 2 < w.t_end) load_k(rawK + raw, n2);
+      cp_async_commit();
+      if (t + 2 < w.t_end) load_v(rawV + raw, n2);
+      cp_async_commit();
+    }
   }
   cp_async_wait<0>();
   sm.finish();
   // v_descale multiplies o (and a split's partial o, which the combine
   // sums), never lse.
-  if (p.v_descale != nullptr) {
+  if (kFp8Kv && p.v_descale != nullptr) {
     const float vd = descale_at(p.v_descale, p, w.b, w.hk);
 #pragma unroll
     for (int ms = 0; ms < Cfg::kMSlices; ++ms)
@@ -874,7 +888,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[ms][dt][e] *= vd;
   }
-  Epilogue<T, Cfg>::run(p, w, o, sm, score_log2, smem, warp, lane, tid);
+  Epilogue<T, Cfg>::run(p, w, o, sm, kFp8Kv ? score_log2 : p.score_log2, smem, warp, lane, tid);
 }
 
 }  // namespace fmha::cuda::sm80

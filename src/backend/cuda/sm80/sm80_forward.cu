@@ -96,11 +96,14 @@ bool instantiated(const Problem& p) {
 // one dtype (F16 or BF16), or an FP8 KV cache (k/v F8E4M3 or F8E5M2) under
 // an F16/BF16 q with o in q's dtype. The registry row's dtype column holds
 // the union (FP8 included when an FP8 K/V instantiation is built); this
-// names what the column cannot: an FP8 q, o in another dtype.
+// names what the column cannot: an FP8 q, o in another dtype. Descales
+// run with FP8 K/V only: the 16-bit instantiations sit at 255 registers,
+// where holding the factor spilled (fwd_kernel.cuh).
 const char* dtype_combination_refused(const Problem& p) {
   if (is_fp8(p.dtype)) return "FP8 q is not run (q must be F16 or BF16; FP8 K/V under an F16/BF16 q is)";
   if (p.o_dtype != p.dtype) return "o in another dtype than q is not run (o must be q's dtype)";
   if (p.kv_dtype != p.dtype && !is_fp8(p.kv_dtype)) return "k/v in another 16-bit dtype than q is not run";
+  if (p.has_descale() && !is_fp8(p.kv_dtype)) return "does not support descales with 16-bit K/V (only with FP8 K/V)";
   return nullptr;
 }
 
