@@ -683,6 +683,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // factor (which the lse shares; a negative factor flips the scores'
   // sign instead, so the running max stays a max). The 16-bit
   // instantiations read p.score_log2 / p.softcap_in at each use, as before.
+  // A term added to the logits in natural units (bias, ALiBi) must convert
+  // with this unit's factor (score_log2 here), not p.score_log2.
   float score_log2 = p.score_log2, cap_in = p.softcap_in;
   bool negate = false;
   if (kFp8Kv && (p.q_descale != nullptr || p.k_descale != nullptr)) {
