@@ -203,8 +203,8 @@ TEST_CASE("sm80 FP8 K/V: what the family refuses names the reason") {
   };
   const Refusal refusals[] = {
       {"o in F32", FMHA_DTYPE_BF16, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F32, "does not run dtype F32", nullptr},
-      {"o in F16 under a BF16 q", FMHA_DTYPE_BF16, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F16, "o must be q's dtype",
-       "does not run dtype F16"},
+      {"o in F16 under a BF16 q", FMHA_DTYPE_BF16, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F16,
+       "o in another dtype than q is not run", "does not run dtype F16"},
       {"an FP8 q", FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_BF16, "FP8 q is not run", nullptr},
       {"descales with BF16 K/V", FMHA_DTYPE_BF16, FMHA_DTYPE_BF16, FMHA_DTYPE_BF16,
        "does not support descales with 16-bit K/V", nullptr},

@@ -841,7 +841,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
           for (int e = 0; e < 4; ++e) s[ms][nt][e] = -s[ms][nt][e];
     }
 
-    if constexpr (kSoftcap) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, kFp8Kv ? cap_in : p.softcap_in, p.softcap_out);
+    if constexpr (kSoftcap)
+      ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, kFp8Kv ? cap_in : p.softcap_in, p.softcap_out);
     const int n0 = t * Cfg::kBlockN;
     const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
     if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
