@@ -6,9 +6,9 @@
 // pages that no sequence owns must stay out of every answer). Decode (Nq =
 // 1..8 per sequence, GQA-packed into the narrow tile) with forced key
 // splits, causal prefill on the wide tile, dense, seqused_k, ragged and
-// paged layouts. Then what the family still refuses, with the reason
-// explain gives: an FP8 q, o in another dtype than q, descales with 16-bit
-// K/V.
+// paged layouts; negative k descales. Then what the family still refuses,
+// with the reason explain gives: an FP8 q, o in another dtype than q,
+// descales with 16-bit K/V.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
@@ -185,6 +185,27 @@ TEST_CASE("sm80 FP8 K/V: prefill on the wide tile, causal, windows, softcap, rag
         ++n;
       }
   run_group("fp8 kv prefill", cases, {1, 0, 4});
+}
+
+TEST_CASE("sm80 FP8 K/V: negative k descales (the scores' sign flips), with and without softcap") {
+  std::vector<ServingCase> cases;
+  for (fmha_dtype qt : kQTypes)
+    for (float cap : {0.f, 5.f}) {
+      ServingCase c = fp8_case(qt, FMHA_DTYPE_F8E4M3, 8, 2, 128);
+      c.negative_k_descale = true;
+      c.softcap = cap;
+      c.q_layout = QLayout::kDense;
+      c.len_q = {1, 1, 1};
+      c.len_k = {700, 3, 64};
+      c.seqused_k = true;
+      cases.push_back(c);  // decode (narrow tile)
+      c.len_q = {150, 150};
+      c.len_k = {150, 150};
+      c.seqused_k = false;
+      c.mask_flags = FMHA_MASK_CAUSAL;
+      cases.push_back(c);  // prefill (wide tile)
+    }
+  run_group("fp8 kv negative descales", cases, {1, 3});
 }
 
 TEST_CASE("sm80 FP8 K/V: what the family refuses names the reason") {

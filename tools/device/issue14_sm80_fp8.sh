@@ -12,7 +12,7 @@
 #      (build_cost.txt)
 #   3. test_gpu -tc="sm80*": tests/gpu/test_gpu_fp8_kv.cpp (FP8 K/V decode
 #      and prefill on cuda_sm80_tc forced, num_splits 1/auto/3/16, dense,
-#      seqused_k, ragged, paged; the refusals and their
+#      seqused_k, ragged, paged; negative k descales; the refusals and their
 #      explain lines)
 #   4. test_gpu, whole (the contract test test_gpu_numerics_api.cpp now
 #      expects cuda_sm80_tc to run FP8 K/V and descales)
