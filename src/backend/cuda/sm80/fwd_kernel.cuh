@@ -799,6 +799,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles> sm;
   sm.init();
 
+  // Whether this warp owns a valid row (warp-uniform). The FP8 narrow tile
+  // (Sm80Tuning::NarrowFp8Kv) has more warps than a decode unit has rows:
+  // the others only load and convert K/V and keep the barriers.
+  const bool computes = !kFp8Kv || row0 <= w.m_last;
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
     [[maybe_unused]] const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
@@ -825,33 +829,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     const uint32_t sVt = kFp8Kv ? sV16 : sV + stage;
 
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
-#pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-      for (int nt = 0; nt < Cfg::kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
-    WarpQK<T, Cfg>::run(s, sQ, sKt, addr);
-    if (negate) {  // a negative q_descale * k_descale (CTA-uniform)
+    bool edge = false;
+    if (computes) {
 #pragma unroll
       for (int ms = 0; ms < Cfg::kMSlices; ++ms)
 #pragma unroll
         for (int nt = 0; nt < Cfg::kNTiles; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[ms][nt][e] = -s[ms][nt][e];
-    }
+          for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
+      WarpQK<T, Cfg>::run(s, sQ, sKt, addr);
+      if (negate) {  // a negative q_descale * k_descale (CTA-uniform)
+#pragma unroll
+        for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+          for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[ms][nt][e] = -s[ms][nt][e];
+      }
 
-    if constexpr (kSoftcap)
-      ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, kFp8Kv ? cap_in : p.softcap_in, p.softcap_out);
-    const int n0 = t * Cfg::kBlockN;
-    const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
-    sm.update(s, o, kFp8Kv ? score_log2 : p.score_log2);
+      if constexpr (kSoftcap)
+        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, kFp8Kv ? cap_in : p.softcap_in, p.softcap_out);
+      const int n0 = t * Cfg::kBlockN;
+      edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
+      if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
+      sm.update(s, o, kFp8Kv ? score_log2 : p.score_log2);
+    }
 
     bool guard;
     if constexpr (kFp8Kv) {
-      // The barrier publishes V[t], frees the K tile, and votes NonFiniteV.
-      guard = __syncthreads_or(kGuardNonFiniteV && edge && v_bad) != 0;
+      // The barrier publishes V[t], frees the K tile, and votes NonFiniteV
+      // (v_bad: only checked on edge tiles, see above).
+      guard = __syncthreads_or(kGuardNonFiniteV && v_bad) != 0;
     } else {
       cp_async_wait<2>();  // V[t] landed (this thread's part)
       // The barrier doubles as the vote of NonFiniteV: only edge tiles look.
@@ -859,10 +867,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
                                NonFiniteV<T>::template in_own_chunks<Cfg, Cfg::kBlockN>(
                                    smem + (sV + stage - sQ), tid)) != 0;
     }
-    if (kGuardNonFiniteV && guard)
-      warp_pv_guarded<T, Cfg>(o, s, sVt, addr);
-    else
-      WarpPV<T, Cfg>::run(o, s, sVt, addr);
+    if (computes) {
+      if (kGuardNonFiniteV && guard)
+        warp_pv_guarded<T, Cfg>(o, s, sVt, addr);
+      else
+        WarpPV<T, Cfg>::run(o, s, sVt, addr);
+    }
 
     if constexpr (kFp8Kv) {
       // K[t+1] into the K tile (P is consumed: fewer live registers), then

@@ -45,7 +45,8 @@ fmha_status launch_fwd_config(const FwdParams& p, const LaunchArgs& a) {
 template <class T, int kHeadDim, bool kFp8Kv>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a) {
   using Tuning = Sm80Tuning<kHeadDim>;
-  const fmha_status s = a.narrow ? launch_fwd_config<T, kFp8Kv, typename Tuning::Narrow>(p, a)
+  using Narrow = std::conditional_t<kFp8Kv, typename Tuning::NarrowFp8Kv, typename Tuning::Narrow>;
+  const fmha_status s = a.narrow ? launch_fwd_config<T, kFp8Kv, Narrow>(p, a)
                                  : launch_fwd_config<T, kFp8Kv, typename Tuning::Wide>(p, a);
   if (s != FMHA_SUCCESS || p.num_splits == 1) return s;
   return launch_split_combine<T>(fwd_combine_params(p), a.stream);

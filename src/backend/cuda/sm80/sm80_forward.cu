@@ -38,9 +38,10 @@ constexpr Shape shape_of() {
 }
 
 template <int kHeadDim>
-Shape shape_for(bool narrow) {
+Shape shape_for(bool narrow, bool fp8_kv) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
-  return narrow ? shape_of<typename Tuning::Narrow>() : shape_of<typename Tuning::Wide>();
+  if (!narrow) return shape_of<typename Tuning::Wide>();
+  return fp8_kv ? shape_of<typename Tuning::NarrowFp8Kv>() : shape_of<typename Tuning::Narrow>();
 }
 
 // The one place a run-time head dim becomes a template argument: calls
@@ -122,7 +123,7 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const int64_t pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow);
+    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype));
   });
   if (!instantiated) return plan;
   plan.grid = fwd_grid(p, pack, plan.shape.block_m);
