@@ -825,8 +825,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       if (t + 1 < w.t_end) load_v(sV + next, n_next);
       cp_async_commit();
     }
-    const uint32_t sKt = kFp8Kv ? sK : sK + stage;
-    const uint32_t sVt = kFp8Kv ? sV16 : sV + stage;
+    // The tiles of t: the 16-bit stage, or the converted FP8 tile (written
+    // at each use: computed up front, the V address stayed live through the
+    // scores and cost the 16-bit wide kernels spills).
 
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
     bool edge = false;
@@ -837,7 +838,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         for (int nt = 0; nt < Cfg::kNTiles; ++nt)
 #pragma unroll
           for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
-      WarpQK<T, Cfg>::run(s, sQ, sKt, addr);
+      WarpQK<T, Cfg>::run(s, sQ, kFp8Kv ? sK : sK + stage, addr);
       if (negate) {  // a negative q_descale * k_descale (CTA-uniform)
 #pragma unroll
         for (int ms = 0; ms < Cfg::kMSlices; ++ms)
@@ -869,9 +870,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     }
     if (computes) {
       if (kGuardNonFiniteV && guard)
-        warp_pv_guarded<T, Cfg>(o, s, sVt, addr);
+        warp_pv_guarded<T, Cfg>(o, s, kFp8Kv ? sV16 : sV + stage, addr);
       else
-        WarpPV<T, Cfg>::run(o, s, sVt, addr);
+        WarpPV<T, Cfg>::run(o, s, kFp8Kv ? sV16 : sV + stage, addr);
     }
 
     if constexpr (kFp8Kv) {
