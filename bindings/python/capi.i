@@ -10,7 +10,9 @@
  *     stream) is a Python int holding the address, or None for NULL; reading
  *     such a field gives an int (0 for NULL);
  *   - the int32 arrays of the serving layouts (cu_seqlens_q, cu_seqlens_k,
- *     seqused_k, block_table) are addresses too;
+ *     seqused_k, block_table) and the float arrays of the inference
+ *     numerics (q_descale, k_descale, v_descale, alibi_slopes) are
+ *     addresses too (params.bias is an fmha_tensor, like q);
  *   - dims and strides are sequences of 4 ints;
  *   - fmha_merge_params owns its o_parts and lse_parts arrays: set them
  *     with params.set_parts([fmha_tensor, ...], [lse address, ...]), which
@@ -61,6 +63,10 @@ FMHA_ADDRESS_TYPEMAPS(const int32_t*, cu_seqlens_q)
 FMHA_ADDRESS_TYPEMAPS(const int32_t*, cu_seqlens_k)
 FMHA_ADDRESS_TYPEMAPS(const int32_t*, seqused_k)
 FMHA_ADDRESS_TYPEMAPS(const int32_t*, block_table)
+FMHA_ADDRESS_TYPEMAPS(const float*, q_descale)
+FMHA_ADDRESS_TYPEMAPS(const float*, k_descale)
+FMHA_ADDRESS_TYPEMAPS(const float*, v_descale)
+FMHA_ADDRESS_TYPEMAPS(const float*, alibi_slopes)
 
 /* ---- int64_t[4] members as sequences ----------------------------------- */
 %typemap(in) int64_t [4] (int64_t temp[4]) {

@@ -358,12 +358,13 @@ FMHA_API fmha_status fmha_set_stream(fmha_handle handle, void* cuda_stream);
  * cannot start that many threads: FMHA_ERROR_OUT_OF_MEMORY and the handle
  * keeps its previous threads (with 0: runs with the threads it could start).
  * fmha_create likewise runs with what it could start.
- * CPU instruction sets: the backend picks its x86-64 path by cpuid
- * (avx512bf16, avx512, avx2, baseline); the environment variable
- * FMHA_CPU_ISA, read once per process at the first CPU forward, forces one
- * of those names ("auto": the default). A value that is unknown, unavailable
- * on this CPU or not built (amx, avx512fp16, neon) falls back to the best
- * path with one line on stderr. Every path meets the same accuracy. */
+ * CPU instruction sets: the backend picks its path by cpuid on x86-64
+ * (avx512bf16, avx512, avx2, baseline) and by hwcaps on AArch64 Linux
+ * (neonfp16, neon, baseline); the environment variable FMHA_CPU_ISA, read
+ * once per process at the first CPU forward, forces one of those names
+ * ("auto": the default). A value that is unknown, unavailable on this CPU or
+ * not built (amx, avx512fp16) falls back to the best path with one line on
+ * stderr. Every path meets the same accuracy. */
 FMHA_API fmha_status fmha_set_num_threads(fmha_handle handle, int num_threads);
 
 /* A caller's parallel-for, for engines that own their threads: it runs

@@ -37,7 +37,8 @@ static_assert(FMHA_SM80_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
 const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
     {"cuda_sm90_ws", "Hopper family: wgmma + TMA, warp-specialized producer and consumer warpgroups (sm_90a)",
-     FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}}, kFeatureDense, 16, 5,
+     FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}},
+     kFeatureServing, 16, 5,
      cuda::sm90_supports, cuda::sm90_workspace_bytes, cuda::sm90_forward, cuda::sm90_declines},
     {"cuda_sm80_tc",
      "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping; ragged, seqused_k and "
@@ -48,8 +49,11 @@ const KernelEntry kKernels[] = {
      FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}},
      kFeatureServing | kFeatureMixedDtypes | kFeatureDescale, 16, 10,
      cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
-    {"cuda_generic", "general CUDA fallback: any head_dim <= 256, any strides, F32 too, every serving layout",
-     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes, HeadDims{256, 1, {}}, kFeatureServing, 0, 50,
+    {"cuda_generic",
+     "general CUDA fallback: any head_dim <= 256, any strides, F32 too, every serving layout; FP8 inputs, "
+     "descales, mixed dtypes, bias and ALiBi",
+     FMHA_DEVICE_CUDA, 80, 999, kAllDtypes | kFp8Dtypes, HeadDims{256, 1, {}},
+     kFeatureServing | kFeatureMixedDtypes | kFeatureDescale | kFeatureBias | kFeatureAlibi, 0, 50,
      cuda::generic_supports, cuda::generic_workspace_bytes, cuda::generic_forward},
 #endif
     {"cpu_tiled",

@@ -87,14 +87,23 @@ TEST_CASE("helpers: FP16 conversion rounds to nearest even") {
       REQUIRE(ft::float_to_half(f) == h);
     }
   }
-#if defined(__FLT16_MAX__) && !defined(__CUDACC__)
+// The compiler's own binary16 type: _Float16 where C++ has it (x86-64 GCC
+// 12, Clang), __fp16 on AArch64 (GCC 12's C++ lacks _Float16 there).
+#if defined(__aarch64__) && !defined(__CUDACC__)
+  using CompilerHalf = __fp16;
+#define FMHA_TEST_COMPILER_HALF 1
+#elif defined(__FLT16_MAX__) && !defined(__CUDACC__)
+  using CompilerHalf = _Float16;
+#define FMHA_TEST_COMPILER_HALF 1
+#endif
+#if defined(FMHA_TEST_COMPILER_HALF)
   // Against the compiler's own conversion, on many random floats.
   ft::Rng rng(7);
   for (int n = 0; n < 200000; ++n) {
     const uint32_t bits = static_cast<uint32_t>(rng.next_u64());
     const float f = bits_to_float(bits);
     if (std::isnan(f)) continue;
-    const _Float16 h = static_cast<_Float16>(f);
+    const CompilerHalf h = static_cast<CompilerHalf>(f);
     uint16_t hb;
     std::memcpy(&hb, &h, 2);
     REQUIRE(ft::float_to_half(f) == hb);

@@ -16,10 +16,14 @@
 //     (nor past the workspace);
 //   - validation's overlap verdicts match a brute-force byte comparison;
 //   - small accepted problems match a float64 reference computed from the
-//     header's definitions (masks, scale, softcap), with the NaN rules of
-//     fmha.h: keys a row does not see never matter, a NaN or inf in a row's
-//     logits gives O and lse NaN, a row that sees no key gives O = 0 and
-//     lse = -inf.
+//     header's definitions (masks, scale, softcap; 0.3's FP8 and mixed
+//     dtypes, o dtype, descales, bias with any broadcast dims and strides,
+//     ALiBi slopes [Hq] or [B, Hq]), with the NaN rules of fmha.h: keys a
+//     row does not see never matter, a NaN or inf in a row's logits gives O
+//     and lse NaN, a row that sees no key (or whose every logit is -inf, a
+//     -inf bias) gives O = 0 and lse = -inf;
+//   - validation never accepts descales, a bias or slopes that share a byte
+//     with o or lse.
 //
 // A broken invariant prints what and aborts (libFuzzer reports a crash).
 // Built two ways (tests/fuzz/CMakeLists.txt): with clang's -fsanitize=fuzzer
@@ -106,7 +110,45 @@ fmha_status checked(fmha_status s, const char* call) {
 
 // ---- element values ------------------------------------------------------------
 
-int elem_size(int32_t dtype) { return dtype == FMHA_DTYPE_F32 ? 4 : dtype == FMHA_DTYPE_F16 || dtype == FMHA_DTYPE_BF16 ? 2 : 0; }
+int elem_size(int32_t dtype) {
+  switch (dtype) {
+    case FMHA_DTYPE_F32: return 4;
+    case FMHA_DTYPE_F16: case FMHA_DTYPE_BF16: return 2;
+    case FMHA_DTYPE_F8E4M3: case FMHA_DTYPE_F8E5M2: return 1;
+    default: return 0;
+  }
+}
+bool is_fp8(int32_t dtype) { return dtype == FMHA_DTYPE_F8E4M3 || dtype == FMHA_DTYPE_F8E5M2; }
+
+// The OCP 8-bit floats of fmha.h: E4M3 (bias 7, no inf, NaN = S.1111.111)
+// and E5M2 (bias 15, IEEE-like), decoded from their definition.
+double fp8_value(uint8_t b, int32_t dtype) {
+  const double sign = (b & 0x80) ? -1.0 : 1.0;
+  if (dtype == FMHA_DTYPE_F8E4M3) {
+    const int e = (b >> 3) & 0xf, m = b & 0x7;
+    if (e == 0xf && m == 0x7) return std::numeric_limits<double>::quiet_NaN();
+    return sign * (e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10));
+  }
+  const int e = (b >> 2) & 0x1f, m = b & 0x3;
+  if (e == 0x1f) return m ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
+  return sign * (e == 0 ? std::ldexp(m, -16) : std::ldexp(4 + m, e - 17));
+}
+
+// The byte of x: a multiple of 1/8 (E4M3) or 1/4 (E5M2) in [-2, 2], both
+// exact in the format, or a non-finite value (NaN for E4M3's +-inf, which
+// it cannot hold).
+uint8_t fp8_byte(double x, int32_t dtype) {
+  const bool e4m3 = dtype == FMHA_DTYPE_F8E4M3;
+  if (std::isnan(x) || (e4m3 && std::isinf(x))) return e4m3 ? 0x7f : 0x7e;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  if (std::isinf(x)) return sign | 0x7c;
+  if (x == 0.0) return sign;
+  int ex;
+  const double f = std::frexp(std::fabs(x), &ex);  // |x| = f * 2^ex, f in [0.5, 1)
+  const int mbits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  const int mant = static_cast<int>((2 * f - 1) * (1 << mbits));
+  return static_cast<uint8_t>(sign | ((ex - 1 + bias) << mbits) | mant);
+}
 
 double half_value(uint16_t h) {
   const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
@@ -116,6 +158,7 @@ double half_value(uint16_t h) {
 }
 
 double read_elem(const unsigned char* at, int32_t dtype) {
+  if (is_fp8(dtype)) return fp8_value(*at, dtype);
   if (dtype == FMHA_DTYPE_F32) {
     float f;
     std::memcpy(&f, at, 4);
@@ -133,6 +176,10 @@ double read_elem(const unsigned char* at, int32_t dtype) {
 // An element of value x (exactly representable: a multiple of 1/64 in
 // [-2, 2]) or one of the non-finite values.
 void write_elem(unsigned char* at, int32_t dtype, double x) {
+  if (is_fp8(dtype)) {
+    *at = fp8_byte(x, dtype);
+    return;
+  }
   if (dtype == FMHA_DTYPE_F32) {
     const float f = static_cast<float>(x);
     std::memcpy(at, &f, 4);
@@ -205,6 +252,37 @@ int32_t* metadata() {
   static int32_t m[4 * kMetaLen];
   return m;
 #endif
+}
+
+// The 0.3 inputs outside the arena (device-visible on a CUDA handle): kAux
+// floats for the descales and ALiBi slopes, and kBiasBytes for the bias.
+// Pointers into them may also be wild or into the arena (at o: validation
+// must refuse the overlap).
+constexpr size_t kAux = 1024;
+constexpr size_t kBiasBytes = 1 << 15;
+float* aux_floats() {
+#if FMHA_FUZZ_CUDA
+  static float* a = reinterpret_cast<float*>(device_bytes(kAux * sizeof(float)));
+  return a;
+#else
+  static float a[kAux];
+  return a;
+#endif
+}
+unsigned char* bias_bytes() {
+#if FMHA_FUZZ_CUDA
+  static unsigned char* b = device_bytes(kBiasBytes);
+  return b;
+#else
+  alignas(64) static unsigned char b[kBiasBytes];
+  return b;
+#endif
+}
+
+// [first, first + len) lies inside [base, base + size).
+bool inside(const void* first, uint64_t len, const void* base, size_t size) {
+  const uintptr_t f = reinterpret_cast<uintptr_t>(first), b = reinterpret_cast<uintptr_t>(base);
+  return f >= b && f - b <= size && len <= size - (f - b);
 }
 
 // The element offsets of a tensor (none for an empty one), or false when there are more than `cap`
@@ -307,10 +385,114 @@ void* pick_pointer(Bytes& in, size_t default_offset) {
   }
 }
 
+// ---- the 0.3 numerics fields ---------------------------------------------------
+
+// Descales, bias and ALiBi slopes: pointers into aux_floats() and
+// bias_bytes(), now and then wild (the extent wraps), misaligned or at o
+// (validation must refuse what shares a byte with o or lse).
+void pick_numerics(Bytes& in, fmha_forward_params& p, const Shape& sh) {
+  float* aux = aux_floats();
+  auto aux_ptr = [&]() -> const float* {
+    switch (in.below(16)) {
+      case 0: return reinterpret_cast<const float*>(UINTPTR_MAX - 3 - 4 * in.below(16));
+      case 1: return reinterpret_cast<const float*>(reinterpret_cast<const unsigned char*>(aux) + 1 + in.below(3));
+      case 2: return static_cast<const float*>(p.o.data);
+      default: return aux + in.below(kAux / 4);
+    }
+  };
+  if (in.below(2)) p.q_descale = aux_ptr();
+  if (in.below(2)) p.k_descale = aux_ptr();
+  if (in.below(2)) p.v_descale = aux_ptr();
+  if (in.below(2)) {
+    p.alibi_slopes = aux_ptr();
+    const uint32_t c = in.below(8);
+    p.alibi_slopes_stride = c < 4 ? 0 : c < 7 ? wadd(wadd(sh.Hq, in.below(3)), in.below(8) == 0 ? -1 : 0)
+                                              : static_cast<int64_t>(in.u64() >> in.below(64));
+  } else if (in.below(32) == 0) {
+    p.alibi_slopes_stride = 1 + in.below(4);  // without slopes: refused
+  }
+  if (in.below(3) == 0) return;  // no bias
+  const int64_t full[4] = {p.q.dims[0], p.q.dims[1], p.q.dims[2], p.k.dims[2]};
+  int64_t* n = p.bias.dims;
+  for (int d = 0; d < 4; ++d) {
+    const uint32_t c = in.below(16);
+    n[d] = c < 10 ? full[d] : c < 15 ? 1 : pick_dim(in, 8);
+  }
+  int64_t* st = p.bias.strides;
+  const auto contiguous = [&]() {
+    st[3] = 1; st[2] = n[3]; st[1] = wmul(n[2], n[3]); st[0] = wmul3(n[1], n[2], n[3]);
+  };
+  switch (in.below(6)) {
+    case 3:  // a [.., Nk, Nq] buffer read transposed
+      st[2] = 1; st[3] = n[2]; st[1] = wmul(n[2], n[3]); st[0] = wmul3(n[1], n[2], n[3]);
+      break;
+    case 4:  // stride 0 on some of the full dims (np.broadcast_to, torch's expand)
+      contiguous();
+      for (int d = 0; d < 4; ++d)
+        if (in.below(2)) st[d] = 0;
+      break;
+    case 5:  // small arbitrary strides
+      for (int d = 0; d < 4; ++d) st[d] = static_cast<int64_t>(in.below(40)) - (in.below(16) == 0 ? 1 : 0);
+      break;
+    default:
+      contiguous();
+      break;
+  }
+  static const int32_t kBiasDtypes[] = {FMHA_DTYPE_F32, FMHA_DTYPE_F16, FMHA_DTYPE_BF16};
+  const uint32_t dc = in.below(24);
+  c_set_dtype(&p.bias, dc == 0 ? static_cast<int>(in.u32()) : dc == 1 ? FMHA_DTYPE_F8E4M3
+                                                                       : kBiasDtypes[in.below(3)]);
+  switch (in.below(16)) {
+    case 0: p.bias.data = nullptr; break;  // no bias: the other fields are ignored
+    case 1: p.bias.data = p.o.data; break;
+    case 2: p.bias.data = bias_bytes() + 1 + 2 * in.below(2); break;  // misaligned for F16/F32
+    case 3: p.bias.data = reinterpret_cast<void*>(UINTPTR_MAX - in.below(64)); break;
+    default: p.bias.data = bias_bytes() + 4 * in.below(64); break;
+  }
+}
+
+// Values for the 0.3 inputs: descales and slopes mostly +-2^-2 .. 2^2 (k/64
+// otherwise, never 0); the bias k/64 in [-2, 2] of its dtype with runs of
+// -inf (whole rows masked out) and, rarely, +inf or NaN.
+void fill_numerics(Bytes& in, const fmha_forward_params& p) {
+  uint32_t seed = in.u32() | 1u;
+  const auto next = [&]() {
+    seed = seed * 1664525u + 1013904223u;
+    return seed ^ (seed >> 15);
+  };
+  float* aux = aux_floats();
+  for (size_t x = 0; x < kAux; ++x) {
+    const uint32_t r = next();
+    const float sign = (r & 2u) ? -1.f : 1.f;
+    const int k = static_cast<int>(r >> 8 & 63u) + 1;
+    aux[x] = (r & 1u) ? sign * std::ldexp(1.f, static_cast<int>(r >> 4 & 7u) % 5 - 2) : sign * static_cast<float>(k) / 64.f;
+  }
+  int32_t dtype;
+  std::memcpy(&dtype, &p.bias.dtype, sizeof dtype);
+  const int32_t fill = elem_size(dtype) > 1 ? dtype : FMHA_DTYPE_F32;
+  unsigned char* const buf = bias_bytes();
+  // Elements counted from bias.data when it lies in the buffer, so that
+  // they are aligned as the tensor reads them.
+  unsigned char* first = buf;
+  if (inside(p.bias.data, 1, buf, kBiasBytes)) first = static_cast<unsigned char*>(p.bias.data);
+  const size_t esz = static_cast<size_t>(elem_size(fill));
+  const size_t count = (kBiasBytes - static_cast<size_t>(first - buf)) / esz;
+  for (size_t x = 0; x < count; ++x)
+    write_elem(first + x * esz, fill, static_cast<double>(static_cast<int>(next() >> 8 & 255u) - 128) / 64.0);
+  const int runs = in.below(3) == 0 ? 1 + static_cast<int>(in.below(4)) : 0;
+  for (int r = 0; r < runs && count > 0; ++r) {
+    const size_t start = in.below(2) ? in.below(64) : next() % count;
+    const size_t len = 1 + in.below(80);
+    const double value = in.below(12) == 0 ? (in.below(2) ? INFINITY : NAN) : -INFINITY;
+    for (size_t x = start; x < std::min(count, start + len); ++x) write_elem(first + x * esz, fill, value);
+  }
+}
+
 // ---- what the inputs reached (fuzz_replay prints it) -----------------------------
 
 struct Stats {
-  long inputs = 0, accepted = 0, forwards = 0, serving_forwards = 0, rows_checked = 0, rows_nan = 0, rows_empty = 0;
+  long inputs = 0, accepted = 0, forwards = 0, serving_forwards = 0, numerics_forwards = 0, fp8_forwards = 0,
+       rows_checked = 0, rows_nan = 0, rows_empty = 0;
 } g_stats;
 
 // ---- the float64 reference -----------------------------------------------------
@@ -335,21 +517,59 @@ double at(const unsigned char* snapshot, const fmha_tensor& t, int32_t dtype, in
   return read_elem(base + off * elem_size(dtype), dtype);
 }
 
+// The 0.3 terms of the logit of (b, h, i, j) and the factors of a row, as
+// fmha.h defines them; all neutral when the struct does not carry them.
+struct Numerics {
+  const fmha_forward_params& p;
+  const unsigned char* snapshot;
+  bool on;  // struct_size covers the 0.3 fields
+
+  static double factor(const float* f, int64_t at) { return f ? static_cast<double>(f[at]) : 1.0; }
+  double qk_descale(int64_t b, int64_t hk) const {
+    return on ? factor(p.q_descale, b * p.k.dims[1] + hk) * factor(p.k_descale, b * p.k.dims[1] + hk) : 1.0;
+  }
+  double v_descale(int64_t b, int64_t hk) const { return on ? factor(p.v_descale, b * p.k.dims[1] + hk) : 1.0; }
+  // bias[b, h, i, j] - slope[b, h] * |d(i) - j|.
+  double additive(int64_t b, int64_t h, int64_t i, int64_t j, int64_t diag) const {
+    if (!on) return 0.0;
+    double x = 0.0;
+    if (p.bias.data != nullptr) {
+      const int64_t idx[4] = {b, h, i, j};
+      int64_t off = 0;
+      for (int d = 0; d < 4; ++d) off += (p.bias.dims[d] == 1 ? 0 : idx[d]) * p.bias.strides[d];
+      int32_t dtype;
+      std::memcpy(&dtype, &p.bias.dtype, sizeof dtype);
+      const unsigned char* base = static_cast<const unsigned char*>(p.bias.data);
+      if (arena().contains(reinterpret_cast<uintptr_t>(base), 1)) base = snapshot + (base - arena().bytes);
+      x += read_elem(base + off * elem_size(dtype), dtype);
+    }
+    if (p.alibi_slopes != nullptr)
+      x -= static_cast<double>(p.alibi_slopes[b * p.alibi_slopes_stride + h]) * static_cast<double>(std::llabs(diag - j));
+    return x;
+  }
+};
+
 // Compares o and lse of an accepted forward with the float64 reference,
-// computed from `snapshot` (the arena before the call).
-void check_numerics(const fmha_forward_params& p, int32_t dtype, const unsigned char* snapshot) {
+// computed from `snapshot` (the arena before the call). dt: the dtypes of
+// q, k, v and o.
+void check_numerics(const fmha_forward_params& p, const int32_t dt[4], const unsigned char* snapshot) {
   const int64_t B = p.q.dims[0], Hq = p.q.dims[1], Hk = p.k.dims[1], Nq = p.q.dims[2], Nk = p.k.dims[2],
                 D = p.q.dims[3];
+  const Numerics num{p, snapshot, p.struct_size == FMHA_FORWARD_PARAMS_SIZE_V3};
   const double scale = p.scale != 0.f ? static_cast<double>(p.scale)
                                       : static_cast<double>(static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))));
-  const double out_eps = dtype == FMHA_DTYPE_F32 ? 1e-6 : dtype == FMHA_DTYPE_F16 ? 1e-3 : 8e-3;
+  auto eps = [](int32_t dtype) {
+    return dtype == FMHA_DTYPE_F32 ? 1e-6 : dtype == FMHA_DTYPE_F16 ? 1e-3 : dtype == FMHA_DTYPE_BF16 ? 8e-3
+           : dtype == FMHA_DTYPE_F8E4M3 ? 0.0625 : 0.125;
+  };
+  const double out_eps = eps(dt[3]);
   // The CUDA tensor-core kernel rounds the probabilities to the input dtype
   // for P V: an error of that order times max |v| (the CPU keeps them FP32).
-  const double p_eps = FMHA_FUZZ_CUDA ? out_eps : 0.0;
+  const double p_eps = FMHA_FUZZ_CUDA ? eps(dt[2]) : 0.0;
   // A scale this large makes scale * q overflow FP32 inside the kernel
   // (inf, or NaN against a zero k) where float64 stays finite: only the
-  // memory invariants apply then.
-  if (scale > 1e29) return;
+  // memory invariants apply then. (Descales are at most 4 in magnitude.)
+  if (scale > 1e28) return;
   // Empty work: no row to check (and Nk may then be anything a stride-0
   // view allows, far past what a score row can hold).
   if (B == 0 || Nq == 0) return;
@@ -358,28 +578,34 @@ void check_numerics(const fmha_forward_params& p, int32_t dtype, const unsigned 
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t hk = h / (Hq / Hk);
+      const double qk_scale = scale * num.qk_descale(b, hk), vd = num.v_descale(b, hk);
       for (int64_t i = 0; i < Nq; ++i) {
+        const int64_t diag = (p.mask_flags & FMHA_MASK_CAUSAL_TOP_LEFT) ? i : i + Nk - Nq;
         const double lse_got = p.lse ? p.lse[(b * Hq + h) * Nq + i] : 0.0;
         auto o_got = [&](int64_t e) { return read_elem(static_cast<const unsigned char*>(p.o.data) +
                                                            (b * p.o.strides[0] + h * p.o.strides[1] +
-                                                            i * p.o.strides[2] + e * p.o.strides[3]) * elem_size(dtype),
-                                                       dtype); };
+                                                            i * p.o.strides[2] + e * p.o.strides[3]) * elem_size(dt[3]),
+                                                       dt[3]); };
         // Keys with weight: visible, and a logit above -inf (e^-inf = 0).
         int64_t n_vis = 0;
         bool logits_nan = false;
-        double abs_dot_max = 0.0;
+        double abs_dot_max = 0.0, extra_max = 0.0;
         for (int64_t j = 0; j < Nk; ++j) {
           vis[j] = visible(i, j, Nq, Nk, p.mask_flags, p.window_left, p.window_right);
           if (!vis[j]) continue;
           double dot = 0.0, abs_dot = 0.0;
           for (int64_t e = 0; e < D; ++e) {
-            const double qv = at(snapshot, p.q, dtype, b, h, i, e), kv = at(snapshot, p.k, dtype, b, hk, j, e);
+            const double qv = at(snapshot, p.q, dt[0], b, h, i, e), kv = at(snapshot, p.k, dt[1], b, hk, j, e);
             dot += qv * kv;
             abs_dot += std::fabs(qv * kv);
           }
-          if (std::isfinite(abs_dot)) abs_dot_max = std::max(abs_dot_max, abs_dot * scale);
-          double x = dot * scale;
+          if (std::isfinite(abs_dot))
+            abs_dot_max = std::max(abs_dot_max, abs_dot * std::max(scale, std::fabs(qk_scale)));
+          double x = dot * qk_scale;
           if (p.softcap != 0.f) x = p.softcap * std::tanh(x / p.softcap);  // +-inf -> +-softcap
+          const double extra = num.additive(b, h, i, j, diag);
+          if (std::isfinite(extra)) extra_max = std::max(extra_max, std::fabs(extra));
+          x += extra;
           s[j] = x;
           if (std::isnan(x) || x == INFINITY) logits_nan = true;  // fmha.h: the row is NaN
           if (x == -INFINITY) vis[j] = 2;                         // seen, weight 0
@@ -413,9 +639,9 @@ void check_numerics(const fmha_forward_params& p, int32_t dtype, const unsigned 
         // Error budget: the logits are rounded to FP32 relative to the sum of
         // |q_d k_d| (times scale), which moves probabilities by that much.
         // (Worst case: D roundings of 2^-24 each; the softcap's tanh adds
-        // ~3e-7 of softcap.)
+        // ~3e-7 of softcap; the bias and ALiBi terms are added in FP32.)
         const double logit_err = 1.2e-7 * static_cast<double>(D) * (abs_dot_max + 1.0) +
-                                 (p.softcap != 0.f ? 4e-7 * p.softcap : 0.0);
+                                 (p.softcap != 0.f ? 4e-7 * p.softcap : 0.0) + 2.4e-7 * (extra_max + 1.0);
         if (p.lse && !(std::fabs(lse_got - lse_ref) <= 1e-5 * std::fabs(lse_ref) + 4 * logit_err + 1e-5))
           violated("row (%lld,%lld,%lld): lse %.9g, reference %.9g", (long long)b, (long long)h, (long long)i, lse_got, lse_ref);
         for (int64_t e = 0; e < D; ++e) {
@@ -423,17 +649,20 @@ void check_numerics(const fmha_forward_params& p, int32_t dtype, const unsigned 
           bool v_nonfinite = false;
           for (int64_t j = 0; j < Nk; ++j) {
             if (!vis[j]) continue;
-            const double vv = at(snapshot, p.v, dtype, b, hk, j, e);
+            const double vv = at(snapshot, p.v, dt[2], b, hk, j, e);
             if (!std::isfinite(vv)) v_nonfinite = true;  // at any key the row sees
             if (vis[j] != 1) continue;
             vmax = std::max(vmax, std::fabs(vv));
             ref += std::exp(s[j] - m) / l * vv;
           }
           if (v_nonfinite) continue;  // NaN or inf, or finite at weight 0: fmha.h
+          ref *= vd;
+          if (dt[3] == FMHA_DTYPE_F16 && std::fabs(ref) > 65000.0) continue;  // past F16: inf is right
           const double got = o_got(e);
-          const double tol = out_eps * std::fabs(ref) + (8 * logit_err + 4e-6 + p_eps) * vmax;
+          const double tol = out_eps * std::fabs(ref) + (8 * logit_err + 4e-6 + p_eps) * vmax * std::fabs(vd);
           if (!(std::fabs(got - ref) <= tol))
-            violated("row (%lld,%lld,%lld) O[%lld] = %.9g, reference %.9g (tol %.3g, dtype %d)", (long long)b, (long long)h, (long long)i, (long long)e, got, ref, tol, dtype);
+            violated("row (%lld,%lld,%lld) O[%lld] = %.9g, reference %.9g (tol %.3g, dtypes q %d kv %d o %d)",
+                     (long long)b, (long long)h, (long long)i, (long long)e, got, ref, tol, dt[0], dt[1], dt[3]);
         }
       }
     }
@@ -505,6 +734,10 @@ void run_one(Bytes& in) {
   static const int32_t kDtypes[] = {FMHA_DTYPE_F32, FMHA_DTYPE_F16, FMHA_DTYPE_BF16};
   const int32_t dtype = in.below(16) == 0 ? static_cast<int32_t>(in.u32()) : kDtypes[in.below(3)];
   const int esz = elem_size(dtype) ? elem_size(dtype) : 2;
+  // The dtype each tensor should have: dtype, until the 0.3 dtypes below
+  // retype them (a tensor given a random dtype keeps it).
+  int32_t want_dtype[4] = {dtype, dtype, dtype, dtype};
+  bool random_dtype[4] = {};
 
   fmha_forward_params p;
   fmha_forward_params_init(&p);
@@ -537,7 +770,9 @@ void run_one(Bytes& in) {
     if (!packed || t == 3) cursor = std::min<uint64_t>(kArena, cursor + (extent + 3) / 4 * 4 * esz);
     if (t == 0 && packed)
       cursor = std::min<uint64_t>(kArena, static_cast<uint64_t>(wmul(wmul3(sh.B, sh.Nq, W), wmul(sh.D, esz))));
-    c_set_dtype(ts[t], in.below(24) == 0 ? static_cast<int>(in.u32()) : dtype);
+    random_dtype[t] = in.below(24) == 0;
+    if (random_dtype[t]) want_dtype[t] = static_cast<int32_t>(in.u32());
+    c_set_dtype(ts[t], want_dtype[t]);
   }
   // lse after everything else, or elsewhere.
   const uint32_t lse_choice = in.below(6);
@@ -613,27 +848,89 @@ void run_one(Bytes& in) {
     }
     if (in.below(16) == 0) p.reserved2_ = static_cast<int32_t>(in.u32());
   }
-  if (in.below(32) == 0) p.struct_size = in.below(2) ? FMHA_FORWARD_PARAMS_SIZE_V1 : in.u32();
+  // 0.3 dtypes, read here (after the fields above, so the corpus of 0.2
+  // reads as before; an exhausted input reads 0 = none): FP8 K/V under an
+  // F16/BF16/FP8 q, another o dtype, and combinations validation refuses
+  // (F32 q over FP8 K/V, an FP8 o, v not k). The tensors were placed for
+  // dtype's element size: q, k, v only shrink; o grows (F32 over 16-bit
+  // inputs) only without an lse, which would otherwise follow it.
+  {
+    int32_t nd[4] = {dtype, dtype, dtype, dtype};
+    switch (in.below(8)) {
+      case 1: case 2: {
+        static const int32_t kQ[] = {FMHA_DTYPE_F16, FMHA_DTYPE_BF16, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F8E5M2};
+        nd[0] = kQ[in.below(4)];
+        nd[1] = nd[2] = in.below(2) ? FMHA_DTYPE_F8E4M3 : FMHA_DTYPE_F8E5M2;
+        nd[3] = kDtypes[in.below(3)];
+        break;
+      }
+      case 3:
+        nd[3] = kDtypes[in.below(3)];
+        break;
+      case 4: {  // refused combinations
+        const uint32_t c = in.below(3);
+        if (c == 0) { nd[0] = FMHA_DTYPE_F32; nd[1] = nd[2] = FMHA_DTYPE_F8E4M3; }
+        if (c == 1) nd[3] = FMHA_DTYPE_F8E5M2;
+        if (c == 2) nd[2] = FMHA_DTYPE_F8E4M3;
+        break;
+      }
+      default:
+        break;
+    }
+    if (elem_size(nd[3]) > esz && p.lse != nullptr) nd[3] = FMHA_DTYPE_F16;
+    for (int t = 0; t < 4; ++t)
+      if (!random_dtype[t] && elem_size(dtype) != 0 && (elem_size(nd[t]) <= esz || t == 3)) {
+        want_dtype[t] = nd[t];
+        c_set_dtype(ts[t], nd[t]);
+      }
+  }
+  // The 0.3 numerics fields, now and then (all NULL/0 otherwise).
+  const bool numerics = in.below(3) == 1;
+  if (numerics) pick_numerics(in, p, sh);
+  if (in.below(32) == 0) {
+    const uint32_t c = in.below(4);
+    p.struct_size = c == 0 ? FMHA_FORWARD_PARAMS_SIZE_V1 : c == 1 ? FMHA_FORWARD_PARAMS_SIZE_V2 : in.u32();
+  }
   const bool null_params = in.below(64) == 0;
 
-  // Data: values k/64 in [-2, 2], a few non-finite ones when asked for.
+  // Data: values k/64 in [-2, 2] (k/8 or k/4 in FP8), a few non-finite
+  // ones when asked for.
   Arena& a = arena();
   uint32_t seed = in.u32() | 1u;
-  const int32_t fill_dtype = elem_size(dtype) ? dtype : FMHA_DTYPE_F16;
-  for (size_t off = 0; off + esz <= kArena; off += esz) {
+  const int32_t fill_dtype = elem_size(want_dtype[0]) > 1 ? want_dtype[0] : elem_size(dtype) ? dtype : FMHA_DTYPE_F16;
+  const int fill_esz = elem_size(fill_dtype);
+  for (size_t off = 0; off + fill_esz <= kArena; off += fill_esz) {
     seed = seed * 1664525u + 1013904223u;
     write_elem(a.bytes + off, fill_dtype, static_cast<double>(static_cast<int>(seed >> 24) - 128) / 64.0);
+  }
+  // FP8 inputs: their own elements rewritten in their format (where the
+  // views are small enough to enumerate and lie in the arena).
+  std::vector<int64_t> fp8_offs;
+  for (int t = 0; t < 3; ++t) {
+    if (!is_fp8(want_dtype[t]) || !tensor_offsets(*ts[t], 1 << 15, &fp8_offs)) continue;
+    for (int64_t off : fp8_offs) {
+      const uintptr_t addr = reinterpret_cast<uintptr_t>(ts[t]->data) + static_cast<uintptr_t>(off);
+      if (!a.contains(addr, 1)) continue;  // (address arithmetic: the pointer may be wild)
+      unsigned char* at = reinterpret_cast<unsigned char*>(addr);
+      seed = seed * 1664525u + 1013904223u;
+      const int steps = want_dtype[t] == FMHA_DTYPE_F8E4M3 ? 8 : 4;  // exact multiples of 1/steps
+      write_elem(at, want_dtype[t], static_cast<double>(static_cast<int>(seed >> 24) % (2 * steps + 1) - steps) * 2 / (2 * steps));
+    }
   }
   const int nonfinite = in.below(4) == 0 ? 1 + static_cast<int>(in.below(6)) : 0;
   for (int n = 0; n < nonfinite; ++n) {
     // Near the start of q, k or v, where small problems read.
-    const uintptr_t base = reinterpret_cast<uintptr_t>(ts[in.below(3)]->data);
+    const uint32_t t = in.below(3);
+    const uintptr_t base = reinterpret_cast<uintptr_t>(ts[t]->data);
     const uintptr_t arena_base = reinterpret_cast<uintptr_t>(a.bytes);
     const size_t start = base >= arena_base && base - arena_base < kArena ? base - arena_base : 0;
-    const size_t off = (start + in.below(256) * static_cast<size_t>(esz) * (1 + in.below(4))) % kArena / esz * esz;
+    const int32_t bad_dtype = is_fp8(want_dtype[t]) ? want_dtype[t] : fill_dtype;
+    const size_t bsz = static_cast<size_t>(elem_size(bad_dtype));
+    const size_t off = (start + in.below(256) * bsz * (1 + in.below(4))) % kArena / bsz * bsz;
     static const double kBad[] = {NAN, INFINITY, -INFINITY};
-    write_elem(a.bytes + off, fill_dtype, kBad[in.below(3)]);
+    write_elem(a.bytes + off, bad_dtype, kBad[in.below(3)]);
   }
+  if (numerics) fill_numerics(in, p);
   const std::vector<unsigned char> snapshot(a.bytes, a.bytes + kArena);
 
   // 1. The workspace query.
@@ -656,14 +953,14 @@ void run_one(Bytes& in) {
   // The overlap verdicts against brute force, for small in-arena views:
   // byte sets of q, k, v, o (elements enumerated) and lse.
   std::vector<int64_t> offs[4];
-  const int es = elem_size(dtype);
-  bool in_arena = !null_params && es != 0;
+  bool in_arena = !null_params;
   for (int t = 0; t < 4 && in_arena; ++t) {
     int32_t t_dtype;
     std::memcpy(&t_dtype, &ts[t]->dtype, sizeof t_dtype);
-    if (t_dtype != dtype) in_arena = false;
+    if (t_dtype != want_dtype[t] || elem_size(t_dtype) == 0) in_arena = false;
   }
   for (int t = 0; t < 4 && in_arena; ++t) {
+    const int es = elem_size(want_dtype[t]);
     in_arena = tensor_offsets(*ts[t], 1 << 14, &offs[t]);
     for (int64_t off : offs[t])
       if (!in_arena || off > static_cast<int64_t>(kArena) ||
@@ -672,35 +969,103 @@ void run_one(Bytes& in) {
   }
   const int64_t rows = in_arena ? p.q.dims[0] * p.q.dims[1] * p.q.dims[2] : 0;
   if (in_arena && p.lse != nullptr && !a.contains(reinterpret_cast<uintptr_t>(p.lse), rows * 4)) in_arena = false;
+
+  // The 0.3 inputs as the library reads them (only with a struct that
+  // carries them): byte ranges of the descales and slopes, offsets of the
+  // bias. `numerics_readable`: all lie in memory this harness owns, so an
+  // accepted forward may run.
+  const bool v3 = p.struct_size == FMHA_FORWARD_PARAMS_SIZE_V3;
+  const int64_t batch = p.cu_seqlens_q || p.cu_seqlens_k ? p.num_seqs : p.q.dims[0];
+  struct Extra {
+    const void* data;
+    uint64_t bytes;                 // descales, slopes
+    std::vector<int64_t> offsets;   // bias: element offsets
+    int esize;
+  } extra[5] = {};
+  bool numerics_readable = true;
+  if (v3 && !null_params) {
+    const float* descale[3] = {p.q_descale, p.k_descale, p.v_descale};
+    for (int i = 0; i < 3; ++i) {
+      extra[i].data = descale[i];
+      if (descale[i] != nullptr && batch > 0 && p.k.dims[1] > 0)
+        extra[i].bytes = static_cast<uint64_t>(std::min<double>(static_cast<double>(batch) * static_cast<double>(p.k.dims[1]) * 4.0, 1e18));
+    }
+    extra[4].data = p.alibi_slopes;
+    if (p.alibi_slopes != nullptr && batch > 0)
+      extra[4].bytes = static_cast<uint64_t>(std::clamp<double>(
+          (static_cast<double>(batch - 1) * static_cast<double>(p.alibi_slopes_stride) + static_cast<double>(p.q.dims[1])) * 4.0,
+          0.0, 1e18));
+    if (p.bias.data != nullptr) {
+      int32_t bd;
+      std::memcpy(&bd, &p.bias.dtype, sizeof bd);
+      extra[3].data = p.bias.data;
+      extra[3].esize = elem_size(bd);
+      // Dims of 1 broadcast (their stride is ignored): tensor_offsets reads index 0 only.
+      if (extra[3].esize == 0 || !tensor_offsets(p.bias, 1 << 16, &extra[3].offsets)) numerics_readable = false;
+      for (int64_t off : extra[3].offsets) {
+        const uintptr_t at = reinterpret_cast<uintptr_t>(p.bias.data) + static_cast<uintptr_t>(off * extra[3].esize);
+        if (!inside(reinterpret_cast<const void*>(at), extra[3].esize, bias_bytes(), kBiasBytes) &&
+            !a.contains(at, extra[3].esize)) {
+          numerics_readable = false;
+          break;
+        }
+      }
+    }
+    for (int i : {0, 1, 2, 4})
+      if (extra[i].bytes > 0 && !inside(extra[i].data, extra[i].bytes, aux_floats(), kAux * sizeof(float)) &&
+          !a.contains(reinterpret_cast<uintptr_t>(extra[i].data), extra[i].bytes))
+        numerics_readable = false;
+  }
+
   if (in_arena) {
-    static const char* const kNames[5] = {"q", "k", "v", "o", "lse"};
-    std::vector<uint32_t> owner(kArena, 0);  // bit t: tensor t (4 = lse) holds the byte
+    static const char* const kNames[10] = {"q", "k", "v", "o", "lse", "q_descale", "k_descale", "v_descale", "bias",
+                                           "alibi_slopes"};
+    std::vector<uint32_t> owner(kArena, 0);  // bit t: tensor t (4 = lse, 5.. the 0.3 inputs) holds the byte
     bool o_self = false;
     auto mark = [&](int t, size_t at, size_t n) {
-      for (size_t x = 0; x < n; ++x) {
+      for (size_t x = 0; x < n && at + x < kArena; ++x) {
         if (t == 3 && (owner[at + x] & 8u)) o_self = true;
         owner[at + x] |= 1u << t;
       }
     };
-    for (int t = 0; t < 4; ++t)
+    for (int t = 0; t < 4; ++t) {
+      const int es = elem_size(want_dtype[t]);
       for (int64_t off : offs[t]) mark(t, reinterpret_cast<unsigned char*>(ts[t]->data) - a.bytes + off * es, es);
+    }
     if (p.lse) mark(4, reinterpret_cast<unsigned char*>(p.lse) - a.bytes, rows * 4);
-    uint32_t pairs = 0;  // bit (5 * x + y): x and y share a byte
+    // The 0.3 inputs that point into the arena (at o), where they lie in it.
+    for (int i = 0; i < 5; ++i) {
+      const uintptr_t at = reinterpret_cast<uintptr_t>(extra[i].data);
+      if (i == 3) {
+        for (int64_t off : extra[3].offsets) {
+          const uintptr_t e = at + static_cast<uintptr_t>(off * extra[3].esize);
+          if (a.contains(e, extra[3].esize)) mark(5 + i, e - reinterpret_cast<uintptr_t>(a.bytes), extra[3].esize);
+        }
+      } else if (extra[i].bytes > 0 && a.contains(at, 1)) {
+        mark(5 + i, at - reinterpret_cast<uintptr_t>(a.bytes), extra[i].bytes);
+      }
+    }
+    bool pairs[10][10] = {};  // x and y share a byte
     for (uint32_t w : owner)
-      for (int x = 0; x < 5; ++x)
-        for (int y = 0; y < 5; ++y)
-          if (x != y && (w >> x & 1u) && (w >> y & 1u)) pairs |= 1u << (5 * x + y);
-    auto meet = [&](int x, int y) { return (pairs >> (5 * x + y) & 1u) != 0; };
+      if (w & (w - 1))
+        for (int x = 0; x < 10; ++x)
+          for (int y = 0; y < 10; ++y)
+            if (x != y && (w >> x & 1u) && (w >> y & 1u)) pairs[x][y] = true;
+    auto meet = [&](int x, int y) { return pairs[x][y]; };
     if (s_ws == FMHA_SUCCESS) {
       if (o_self) violated("accepted an o that overlaps itself");
       for (int y : {0, 1, 2})
         if (meet(3, y)) violated("accepted an o that overlaps %s", kNames[y]);
       for (int y : {0, 1, 2, 3})
         if (p.lse && meet(4, y)) violated("accepted an lse that overlaps %s", kNames[y]);
+      for (int y = 5; y < 10; ++y) {
+        if (meet(3, y)) violated("accepted an o that overlaps %s", kNames[y]);
+        if (p.lse && meet(4, y)) violated("accepted an lse that overlaps %s", kNames[y]);
+      }
     }
     // An exact refusal ("X overlaps Y (", "makes o overlap itself") must be true.
     for (int x : {3, 4})
-      for (int y : {0, 1, 2, 3}) {
+      for (int y : {0, 1, 2, 3, 5, 6, 7, 8, 9}) {
         const std::string claim = std::string(kNames[x]) + " overlaps " + kNames[y] + " (";
         if (ws_message.rfind(claim, 0) == 0 && !meet(x, y))
           violated("refused as \"%s\" but they are disjoint: %s", claim.c_str(), ws_message.c_str());
@@ -716,6 +1081,7 @@ void run_one(Bytes& in) {
   const uint32_t ws_choice = in.below(8);
   const size_t give = ws_choice == 0 && ws_bytes > 0 ? ws_bytes - 1 : ws_bytes;
   if (!small) return;  // accepted but too large (or outside the arena) to run here
+  if (!numerics_readable) return;  // descales, bias or slopes outside memory this harness owns
   if (serving && p.struct_size != FMHA_FORWARD_PARAMS_SIZE_V1) {
     // The metadata arrays hold kMetaLen entries: a batch that needs more
     // is the caller's error (memory smaller than described), not run.
@@ -741,6 +1107,8 @@ void run_one(Bytes& in) {
 #endif
   ++g_stats.forwards;
   if (serving && p.struct_size != FMHA_FORWARD_PARAMS_SIZE_V1) ++g_stats.serving_forwards;
+  if (v3 && (p.q_descale || p.k_descale || p.v_descale || p.bias.data || p.alibi_slopes)) ++g_stats.numerics_forwards;
+  if (is_fp8(want_dtype[0]) || is_fp8(want_dtype[1])) ++g_stats.fp8_forwards;
   if (ws_choice == 0 && ws_bytes > 0) {
     if (s_fw != FMHA_ERROR_WORKSPACE_TOO_SMALL) violated("a workspace one byte short gave status %d", s_fw);
   } else if (s_fw != FMHA_SUCCESS) {
@@ -754,23 +1122,26 @@ void run_one(Bytes& in) {
   }
   // Nothing outside o and lse changed.
   std::vector<unsigned char> writable(kArena, 0);
+  const int o_es = elem_size(want_dtype[3]);
   for (int64_t off : offs[3])
-    std::memset(&writable[reinterpret_cast<unsigned char*>(p.o.data) - a.bytes + off * es], 1, es);
+    std::memset(&writable[reinterpret_cast<unsigned char*>(p.o.data) - a.bytes + off * o_es], 1, o_es);
   if (p.lse) std::memset(&writable[reinterpret_cast<unsigned char*>(p.lse) - a.bytes], 1, rows * 4);
   for (size_t i = 0; i < kArena; ++i)
     if (!writable[i] && a.bytes[i] != snapshot[i]) violated("the forward wrote arena byte %zu outside o and lse", i);
   // The dense reference only; serving layouts (when the struct carries
   // them) are checked against theirs in tests/cpu and tests/gpu.
-  if (!serving || p.struct_size == FMHA_FORWARD_PARAMS_SIZE_V1) check_numerics(p, dtype, snapshot.data());
+  if (!serving || p.struct_size == FMHA_FORWARD_PARAMS_SIZE_V1) check_numerics(p, want_dtype, snapshot.data());
 }
 
 }  // namespace
 
 extern "C" void fmha_fuzz_stats(char* buf, size_t len) {
   std::snprintf(buf, len,
-                "%ld inputs: %ld accepted by validation, %ld forwards run (%ld with serving fields); rows checked "
-                "against float64: %ld, NaN rows: %ld, rows without keys: %ld",
-                g_stats.inputs, g_stats.accepted, g_stats.forwards, g_stats.serving_forwards, g_stats.rows_checked,
+                "%ld inputs: %ld accepted by validation, %ld forwards run (%ld with serving fields, %ld with "
+                "descales/bias/ALiBi, %ld with FP8 inputs); rows checked against float64: %ld, NaN rows: %ld, "
+                "rows without keys: %ld",
+                g_stats.inputs, g_stats.accepted, g_stats.forwards, g_stats.serving_forwards,
+                g_stats.numerics_forwards, g_stats.fp8_forwards, g_stats.rows_checked,
                 g_stats.rows_nan,
                 g_stats.rows_empty);
 }

@@ -123,3 +123,11 @@ TEST_CASE("AVX-512 F16 conversions match the software ones bit for bit") {
   check_narrowing(fmha::cpu::f32_to_f16_avx512);
 }
 #endif
+
+#if FMHA_CPU_NEON_F16
+TEST_CASE("NEON F16 conversions match the software ones bit for bit") {
+  REQUIRE(fmha::cpu::isa_available(fmha::cpu::CpuIsa::kNeon));  // every AArch64 CPU
+  check_widening(fmha::cpu::f16_to_f32_neon);
+  check_narrowing(fmha::cpu::f32_to_f16_neon);
+}
+#endif

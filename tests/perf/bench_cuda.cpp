@@ -664,7 +664,8 @@ std::vector<std::string> split_list(const char* s) {
 // device-copy bandwidth (read + write bytes of a 1 GiB cudaMemcpyAsync), and
 // paged / contiguous. Then a ragged causal prefill (16 sequences, lengths
 // spread over 128..8192, packed q and k) against a dense causal batch of
-// about the same work, in TFLOP/s on the exact visible-pair count.
+// about the same work, and the ragged prefill over a paged cache (page_size
+// 64), in TFLOP/s on the exact visible-pair count.
 
 struct ServingRow {
   std::string what, kernel;
@@ -907,7 +908,23 @@ int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::strin
     rr.tflops = 4.0 * 128 * ragged.pairs / (rr.ms * 1e-3) / 1e12;
     rr.ratio = rr.tflops / rd.tflops;
     rr.ratio_of = "ragged TFLOP/s / dense";
-    for (const ServingRow* x : {&rd, &rr}) {
+    // The same ragged prefill over a paged KV cache (chunked prefill's
+    // layout): page_size 64, shuffled pages.
+    ServingProblem paged;
+    paged.len_q = lens;
+    paged.len_k = lens;
+    paged.ragged_q = true;
+    paged.page_size = 64;
+    paged.mask = FMHA_MASK_CAUSAL;
+    paged.build();
+    ServingRow rp;
+    rp.what = "prefill ragged causal, paged ps=64 shuffled";
+    rp.kernel = kn;
+    rp.ms = time_serving(h, stream, paged, kn.c_str(), group_ms);
+    rp.tflops = 4.0 * 128 * paged.pairs / (rp.ms * 1e-3) / 1e12;
+    rp.ratio = rp.tflops / rr.tflops;
+    rp.ratio_of = "paged TFLOP/s / contiguous ragged";
+    for (const ServingRow* x : {&rd, &rr, &rp}) {
       std::printf("serving  %-13s %-44s ms %9.4f  %6.1f TFLOP/s", kn.c_str(), x->what.c_str(), x->ms, x->tflops);
       if (!std::isnan(x->ratio)) std::printf("  %s %.3f", x->ratio_of.c_str(), x->ratio);
       std::printf("\n");

@@ -16,7 +16,14 @@ slices of a packed QKV buffer work, nothing is copied). numpy arrays run on
 the CPU backend; objects exposing DLPack or ``__cuda_array_interface__``
 (torch, cupy, ...) run where they live, CUDA tensors on the CUDA backend.
 float16, bfloat16 (torch.bfloat16, or ml_dtypes.bfloat16 for numpy) and
-float32 are accepted.
+float32 are accepted, and for inference (fmha 0.3) FP8 keys and values
+(torch.float8_e4m3fn / float8_e5m2, or ml_dtypes' types of those names for
+numpy) with a float16/bfloat16 or FP8 q, per-head descale factors, an
+additive bias (a float attention mask), ALiBi slopes and an output dtype of
+its own (``out_dtype=``)::
+
+    o = fmha.forward(q_bf16, k_fp8, v_fp8, k_descale=ks, v_descale=vs,
+                     bias=mask, alibi_slopes=slopes, out_dtype="float32")
 
 Every failure raises :class:`fmha.Error`, whose ``status`` is a
 :class:`fmha.Status` and whose message is the library's, in the Python
@@ -44,7 +51,8 @@ except ImportError:
            for suffix in importlib.machinery.EXTENSION_SUFFIXES):
         raise
     from . import _capi_ctypes as capi
-from ._arrays import CPU, CUDA, Array, ArrayError, describe, device_of, library_of, numpy_dtype
+from ._arrays import (CPU, CUDA, DTYPE_NAMES, FP8, Array, ArrayError, describe, device_of, library_of,
+                      numpy_dtype)
 
 __all__ = [
     "Error", "InvalidArgumentError", "DTypeError", "Status", "Handle", "forward", "merge", "explain",
@@ -94,8 +102,9 @@ class InvalidArgumentError(Error, ValueError):
 
 
 class DTypeError(InvalidArgumentError, TypeError):
-    """An invalid argument whose dtype (or byte order) is at fault: not
-    float16, bfloat16 or float32, or not the dtype of q. Also a TypeError."""
+    """An invalid argument whose dtype (or byte order) is at fault: one fmha
+    does not take, or a combination it does not (e.g. FP8 q with float16 k).
+    Also a TypeError."""
 
 
 # The library's names for the fields the Python layer calls otherwise.
@@ -104,6 +113,7 @@ _PYTHON_NAMES = [
     (re.compile(r"(?<![\w.])lse(?=[.=: ]|$)"), "out_lse"),
     (re.compile(r"\bwindow_left\b"), "window[0]"),
     (re.compile(r"\bwindow_right\b"), "window[1]"),
+    (re.compile(r"\balibi_slopes_stride\b"), "alibi_slopes.strides[0]"),
 ]
 
 
@@ -259,29 +269,32 @@ class _Allocator:
         self.stream = stream
         self.ordinal = ordinal
 
-    def empty(self, shape, what: str, float32: bool = False):
+    def empty(self, shape, what: str, float32: bool = False, dtype: Optional[int] = None):
+        """An array of shape like `like`: float32 when asked, else of the
+        fmha_dtype `dtype` (None = like's dtype)."""
         lib = self.like.library
         obj = self.like.obj
-        if lib == "numpy":
-            import numpy as np
-            return np.empty(shape, dtype=np.float32 if float32 else obj.dtype)
+        dtype = capi.FMHA_DTYPE_F32 if float32 else dtype if dtype is not None else self.like.dtype
+        name = DTYPE_NAMES[dtype]
         if lib == "torch":
             import torch
-            t = torch.empty(shape, dtype=torch.float32 if float32 else obj.dtype, device=obj.device)
+            t = torch.empty(shape, dtype=getattr(torch, name), device=obj.device)
             self._record_torch_stream(t)
             return t
         if lib == "cupy":
             import cupy
+            if dtype not in (capi.FMHA_DTYPE_F16, capi.FMHA_DTYPE_F32):
+                raise _invalid(f"cupy has no {name}: pass {what}= yourself", dtype=True)
             with cupy.cuda.Device(self.ordinal):
-                return cupy.empty(shape, dtype=cupy.float32 if float32 else obj.dtype)
+                return cupy.empty(shape, dtype=name)
         if self.like.device == CPU:
-            # Another producer's CPU memory (jax, a DLPack-only type, ...):
-            # numpy allocates the result (a DLPack producer itself).
+            # numpy arrays, and other producers' CPU memory (jax, a
+            # DLPack-only type, ...): numpy allocates (a DLPack producer).
             import numpy as np
-            dtype = np.dtype(np.float32) if float32 else numpy_dtype(self.like.dtype)
-            if dtype is not None:
-                return np.empty(shape, dtype=dtype)
-            raise _invalid(f"cannot allocate a bfloat16 {what} with numpy without ml_dtypes "
+            np_dtype = numpy_dtype(dtype)
+            if np_dtype is not None:
+                return np.empty(shape, dtype=np_dtype)
+            raise _invalid(f"cannot allocate a {name} {what} with numpy without ml_dtypes "
                            f"(pip install ml_dtypes); pass {what}= yourself", dtype=True)
         raise _invalid(f"cannot allocate {what} like a {type(obj).__module__}.{type(obj).__name__} "
                        f"on CUDA (fmha allocates CUDA memory with torch or cupy); "
@@ -322,7 +335,8 @@ def _tensor(a: Array, what: str):
     if len(a.shape) != 4:
         raise _invalid(f"{what} has shape {a.shape}; expected 4 dims [batch, heads, seq, head_dim]")
     if a.dtype is None:
-        raise _invalid(f"{what}.dtype={a.dtype_name} is not float16, bfloat16 or float32", dtype=True)
+        raise _invalid(f"{what}.dtype={a.dtype_name} is not float16, bfloat16, float32, "
+                       "float8_e4m3fn or float8_e5m2", dtype=True)
     t = capi.fmha_tensor()
     t.data = a.ptr or None
     t.dtype = a.dtype
@@ -335,7 +349,8 @@ class _Call:
     """One prepared forward: arrays read, outputs allocated, params filled."""
 
     def __init__(self, q, k, v, *, causal, causal_alignment, window, scale, softcap,
-                 return_lse, out, out_lse, kernel, num_splits, stream, handle, serving=None):
+                 return_lse, out, out_lse, kernel, num_splits, stream, handle, serving=None,
+                 numerics=None):
         try:
             device, ordinal = device_of(q, "q")
             if handle is not None:
@@ -356,9 +371,13 @@ class _Call:
             if out_lse is not None:
                 arrays["out_lse"] = describe(out_lse, "out_lse", self.stream)
             serving = {name: a for name, a in (serving or {}).items() if a is not None}
+            numerics = {name: a for name, a in (numerics or {}).items() if a is not None}
             for name in _SERVING_ARRAYS:
                 if name in serving:
                     arrays[name] = describe(serving[name], name, self.stream)
+            for name in _NUMERICS_ARRAYS:
+                if name in numerics:
+                    arrays[name] = describe(numerics[name], name, self.stream)
         except ArrayError as e:
             raise _invalid(str(e), dtype=isinstance(e, TypeError)) from None
 
@@ -402,20 +421,20 @@ class _Call:
         p.k = _tensor(arrays["k"], "k")
         p.v = _tensor(arrays["v"], "v")
         _set_serving(p, arrays, serving)
+        _set_numerics(p, arrays)
 
-        # Outputs: the caller's, else allocated like q.
+        # Outputs: the caller's, else allocated like q (of out_dtype).
+        o_dtype = _out_dtype(numerics.get("out_dtype"), qa)
         if out is None:
-            self.out = alloc.empty(qa.shape, "out")
+            self.out = alloc.empty(qa.shape, "out", dtype=o_dtype)
             arrays["out"] = describe(self.out, "out", self.stream)
         else:
             self.out = out
             if arrays["out"].readonly:
                 raise _invalid("out is read-only")
-            # libfmha 0.3 accepts another o dtype; this binding keeps out in
-            # q's dtype until it grows the out_dtype= argument.
-            if arrays["out"].dtype is not None and arrays["out"].dtype != qa.dtype:
+            if "out_dtype" in numerics and arrays["out"].dtype != o_dtype:
                 raise _invalid(f"out.dtype={arrays['out'].dtype_name} differs from "
-                               f"q.dtype={qa.dtype_name}", dtype=True)
+                               f"out_dtype={DTYPE_NAMES[o_dtype]}", dtype=True)
         p.o = _tensor(arrays["out"], "out")
         self.lse = None
         if return_lse or out_lse is not None:
@@ -475,6 +494,85 @@ class _Call:
 
 # The serving layouts' int32 arrays (fmha.h 0.2), in the order they are read.
 _SERVING_ARRAYS = ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "block_table")
+# The inference numerics' arrays (fmha.h 0.3), likewise.
+_NUMERICS_ARRAYS = ("q_descale", "k_descale", "v_descale", "bias", "alibi_slopes")
+_OUT_DTYPES = {"float16": capi.FMHA_DTYPE_F16, "bfloat16": capi.FMHA_DTYPE_BF16,
+               "float32": capi.FMHA_DTYPE_F32}
+
+
+def _out_dtype(value: Any, q: Array) -> int:
+    """The fmha_dtype of out: out_dtype= (a name, a numpy or ml_dtypes
+    dtype, a torch dtype), else q's dtype, else (FP8 q) bfloat16."""
+    if value is None:
+        return capi.FMHA_DTYPE_BF16 if q.dtype in FP8 else q.dtype
+    if isinstance(value, str):
+        name = value
+    elif type(value).__module__ == "torch":  # torch.float16 prints as "torch.float16"
+        name = str(value).split(".", 1)[-1]
+    else:
+        try:
+            import numpy as np
+            name = np.dtype(value).name
+        except (ImportError, TypeError):
+            name = repr(value)
+    if name not in _OUT_DTYPES:
+        raise _invalid(f"out_dtype={value!r} must be float16, bfloat16 or float32 (fmha writes no "
+                       "FP8 output)", dtype=True)
+    return _OUT_DTYPES[name]
+
+
+def _float32_array(a: Array, name: str, shape: Tuple[int, ...], meaning: str) -> None:
+    """a must be a contiguous float32 array of this shape."""
+    if a.dtype != capi.FMHA_DTYPE_F32:
+        raise _invalid(f"{name}.dtype={a.dtype_name} must be float32", dtype=True)
+    if tuple(a.shape) != shape:
+        raise _invalid(f"{name} has shape {tuple(a.shape)}; expected {shape} ({meaning})")
+    if not a.is_contiguous():
+        raise _invalid(f"{name} must be contiguous (strides {a.strides} in elements)")
+
+
+def _set_numerics(p, arrays: Dict[str, Array]) -> None:
+    """Fills the 0.3 inference-numerics fields of p (descales, bias, ALiBi
+    slopes) from forward()'s arrays, checking what the C library cannot
+    see: their dtypes and shapes (it reads the descales and slopes as raw
+    pointers). The bias dims against the problem are the library's check."""
+    q, k = arrays["q"], arrays["k"]
+    ragged = bool(p.cu_seqlens_q or p.cu_seqlens_k)
+    batch = p.num_seqs if ragged else q.shape[0]
+    heads_q, heads_k = q.shape[1], k.shape[1]
+    for name in ("q_descale", "k_descale", "v_descale"):
+        a = arrays.get(name)
+        if a is not None:
+            _float32_array(a, name, (batch, heads_k), "[batch, kv heads]")
+            setattr(p, name, a.ptr or None)
+    slopes = arrays.get("alibi_slopes")
+    if slopes is not None:
+        if len(slopes.shape) == 1:
+            _float32_array(slopes, "alibi_slopes", (heads_q,), "[heads], or [batch, heads]")
+            p.alibi_slopes_stride = 0
+        else:
+            if (slopes.dtype != capi.FMHA_DTYPE_F32 or len(slopes.shape) != 2 or
+                    slopes.shape != (batch, heads_q) or (heads_q > 1 and slopes.strides[1] != 1)):
+                # Rows may be strided; the slopes of a row not.
+                _float32_array(slopes, "alibi_slopes", (batch, heads_q), "[heads], or [batch, heads]")
+            p.alibi_slopes_stride = slopes.strides[0] if batch > 1 else heads_q
+        p.alibi_slopes = slopes.ptr or None
+    bias = arrays.get("bias")
+    if bias is not None:
+        ndim = len(bias.shape)
+        if not 1 <= ndim <= 4:
+            raise _invalid(f"bias has shape {tuple(bias.shape)}; expected up to 4 dims broadcastable "
+                           "to [batch, heads, seq_q, seq_k]")
+        if bias.dtype not in (capi.FMHA_DTYPE_F16, capi.FMHA_DTYPE_BF16, capi.FMHA_DTYPE_F32):
+            raise _invalid(f"bias.dtype={bias.dtype_name} must be float16, bfloat16 or float32",
+                           dtype=True)
+        # numpy's broadcasting: missing leading dims are 1.
+        t = capi.fmha_tensor()
+        t.data = bias.ptr or None
+        t.dtype = bias.dtype
+        t.dims = (1,) * (4 - ndim) + tuple(bias.shape)
+        t.strides = (0,) * (4 - ndim) + tuple(bias.strides)
+        p.bias = t
 
 
 def _int32_array(a: Array, name: str, ndim: int) -> None:
@@ -570,13 +668,21 @@ def forward(q: TensorLike, k: TensorLike, v: TensorLike, *,
             max_seqlen_q: Optional[int] = None,
             max_seqlen_k: Optional[int] = None,
             seqused_k: Optional[TensorLike] = None,
-            block_table: Optional[TensorLike] = None) -> Any:
+            block_table: Optional[TensorLike] = None,
+            q_descale: Optional[TensorLike] = None,
+            k_descale: Optional[TensorLike] = None,
+            v_descale: Optional[TensorLike] = None,
+            bias: Optional[TensorLike] = None,
+            alibi_slopes: Optional[TensorLike] = None,
+            out_dtype: Any = None) -> Any:
     """O = softmax(Q K^T * scale + mask) V, exactly.
 
     Args:
         q: [B, Hq, Nq, D]. k, v: [B, Hk, Nk, D] with Hq % Hk == 0 (GQA/MQA:
             query head h reads kv head h // (Hq // Hk)). One dtype (float16,
-            bfloat16, float32) and one device for all; any strides.
+            bfloat16, float32), or FP8 k and v (float8_e4m3fn or
+            float8_e5m2, one of them for both) with a float16, bfloat16 or
+            FP8 q; one device for all; any strides.
         causal: mask keys after the diagonal.
         causal_alignment: "bottom_right" (query i's diagonal is key
             i + Nk - Nq; FlashAttention >= 2.1) or "top_left" (key i, like
@@ -587,8 +693,9 @@ def forward(q: TensorLike, k: TensorLike, v: TensorLike, *,
         softcap: 0 = off; else logits s -> softcap * tanh(s / softcap).
         return_lse: also return the [B, Hq, Nq] float32 natural-log
             log-sum-exp of each row's logits (-inf for a row seeing no key).
-        out: where to write O ([B, Hq, Nq, D], q's dtype and device, any
-            non-overlapping strides); allocated like q when None.
+        out: where to write O ([B, Hq, Nq, D], float16, bfloat16 or
+            float32 whatever q's dtype, on q's device, any non-overlapping
+            strides); allocated like q, of out_dtype, when None.
         kernel: force a registered kernel by name (see kernels()).
         out_lse: where to write the lse (contiguous float32 [B, Hq, Nq]);
             implies return_lse.
@@ -620,6 +727,31 @@ def forward(q: TensorLike, k: TensorLike, v: TensorLike, *,
         numpy arrays for numpy input, tensors of q's library for torch and
         cupy, and numpy arrays for other producers' CPU memory.
 
+    Inference numerics (fmha 0.3; arrays on q's device). The logits are
+    ``s = scale * q_descale * k_descale * (q . k)``, soft-capped, then
+    ``s += bias - slope * |d(i) - j|`` (d(i) the diagonal of query i, as
+    for the masks), then the masks apply; ``out = v_descale * softmax(s) v``
+    and the lse is that of the final s (before v_descale). A row whose
+    every visible logit is -inf gets out = 0 and lse = -inf.
+        q_descale, k_descale, v_descale: contiguous float32 [B, Hk] (B the
+            batch, or the number of sequences of a ragged batch): one factor
+            per sequence and KV head (q's applies to that head's query
+            group). None = 1. Allowed with any dtype.
+        bias: an additive float mask, float16, bfloat16 or float32,
+            broadcastable to [B, Hq, Nq, Nk] (for serving layouts Nq and Nk
+            are the sequence-length bounds, and a sequence reads the bias
+            at its own local positions): each dim is that size or 1, and a
+            stride of 0 broadcasts too (np.broadcast_to, torch's expand);
+            fewer than 4 dims get leading 1s as in numpy ([Nq, Nk] is a
+            mask shared by all heads). -inf entries mask keys out. The
+            library's messages number the dims of the 4-D view.
+        alibi_slopes: float32 ALiBi slopes, [Hq] (every sequence) or
+            [B, Hq] (rows may be strided; a row contiguous).
+        out_dtype: out's dtype when fmha allocates it: "float16",
+            "bfloat16", "float32" or such a numpy/ml_dtypes/torch dtype.
+            None = q's dtype, or bfloat16 for an FP8 q. With out given it
+            must be out's dtype.
+
     Raises:
         InvalidArgumentError: (an Error and a ValueError; .status
             ERROR_INVALID_ARGUMENT) for bad shapes, strides or options,
@@ -631,10 +763,12 @@ def forward(q: TensorLike, k: TensorLike, v: TensorLike, *,
     """
     serving = dict(cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                    max_seqlen_k=max_seqlen_k, seqused_k=seqused_k, block_table=block_table)
+    numerics = dict(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale, bias=bias,
+                    alibi_slopes=alibi_slopes, out_dtype=out_dtype)
     call = _Call(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
                  scale=scale, softcap=softcap, return_lse=return_lse, out=out, out_lse=out_lse,
                  kernel=kernel, num_splits=num_splits, stream=stream, handle=handle,
-                 serving=serving)
+                 serving=serving, numerics=numerics)
     return call.run(workspace)
 
 
@@ -649,16 +783,18 @@ def explain(q: TensorLike, k: TensorLike, v: TensorLike, *,
             kernel: Optional[str] = None,
             num_splits: int = 0,
             handle: Optional[Handle] = None,
-            **serving: Any) -> str:
+            **options: Any) -> str:
     """Which kernel forward() would run with these arguments, and why each
     better-ranked kernel was passed over (fmha_forward_explain). Computes
     nothing. Returns the text also when no kernel supports the problem (it
     says why); raises Error for invalid arguments. Takes forward()'s serving
-    keywords (cu_seqlens_q, ..., block_table)."""
+    keywords (cu_seqlens_q, ..., block_table) and inference-numerics
+    keywords (q_descale, ..., out_dtype)."""
+    serving, numerics = _option_kwargs(options)
     call = _Call(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
                  scale=scale, softcap=softcap, return_lse=return_lse, out=out, out_lse=None,
                  kernel=kernel, num_splits=num_splits, stream=None, handle=handle,
-                 serving=_serving_kwargs(serving))
+                 serving=serving, numerics=numerics)
     return call.explain()
 
 
@@ -673,27 +809,32 @@ def workspace_size(q: TensorLike, k: TensorLike, v: TensorLike, *,
                    kernel: Optional[str] = None,
                    num_splits: int = 0,
                    handle: Optional[Handle] = None,
-                   **serving: Any) -> int:
+                   **options: Any) -> int:
     """Bytes of workspace forward() needs with these arguments (may be 0),
     for callers that pass workspace= themselves (e.g. under CUDA graph
     capture). Validates exactly as forward() does, and takes its serving
-    keywords (cu_seqlens_q, ..., block_table)."""
+    keywords (cu_seqlens_q, ..., block_table) and inference-numerics
+    keywords (q_descale, ..., out_dtype)."""
+    serving, numerics = _option_kwargs(options)
     call = _Call(q, k, v, causal=causal, causal_alignment=causal_alignment, window=window,
                  scale=scale, softcap=softcap, return_lse=return_lse, out=out, out_lse=None,
                  kernel=kernel, num_splits=num_splits, stream=None, handle=handle,
-                 serving=_serving_kwargs(serving))
+                 serving=serving, numerics=numerics)
     return call.workspace_size()
 
 
 _SERVING_KEYWORDS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "seqused_k",
                      "block_table")
+_NUMERICS_KEYWORDS = _NUMERICS_ARRAYS + ("out_dtype",)
 
 
-def _serving_kwargs(kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    unknown = sorted(set(kwargs) - set(_SERVING_KEYWORDS))
+def _option_kwargs(kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """explain()'s and workspace_size()'s keywords: (serving, numerics)."""
+    unknown = sorted(set(kwargs) - set(_SERVING_KEYWORDS) - set(_NUMERICS_KEYWORDS))
     if unknown:
         raise TypeError(f"unexpected keyword argument(s) {', '.join(unknown)}")
-    return kwargs
+    return ({k: v for k, v in kwargs.items() if k in _SERVING_KEYWORDS},
+            {k: v for k, v in kwargs.items() if k in _NUMERICS_KEYWORDS})
 
 
 # ---- merge of partial results ---------------------------------------------------

@@ -6,7 +6,8 @@ this order:
 
 1. numpy.ndarray (CPU), through ``__array_interface__``;
 2. DLPack (``__dlpack__`` / ``__dlpack_device__``): torch, cupy, jax, ...;
-   the only route for torch.bfloat16;
+   the only route for torch.bfloat16 (torch's float8 tensors are read from
+   their attributes: not every torch exports them through DLPack);
 3. ``__cuda_array_interface__`` (numba, cupy, torch, ...);
 4. any other object with ``__array_interface__`` (CPU).
 
@@ -32,7 +33,17 @@ DTYPE_NAMES = {
     capi.FMHA_DTYPE_F16: "float16",
     capi.FMHA_DTYPE_BF16: "bfloat16",
     capi.FMHA_DTYPE_F32: "float32",
+    capi.FMHA_DTYPE_F8E4M3: "float8_e4m3fn",
+    capi.FMHA_DTYPE_F8E5M2: "float8_e5m2",
 }
+# The dtypes whose numpy type comes from ml_dtypes (matched by name, so
+# ml_dtypes is never imported to read an array): OCP FP8 E4M3 is
+# ml_dtypes' and torch's float8_e4m3fn (no inf), E5M2 their float8_e5m2.
+# ml_dtypes' other 8-bit floats (float8_e4m3, *_fnuz, ...) are other
+# encodings and are refused.
+_BY_NAME = {"bfloat16": capi.FMHA_DTYPE_BF16, "float8_e4m3fn": capi.FMHA_DTYPE_F8E4M3,
+            "float8_e5m2": capi.FMHA_DTYPE_F8E5M2}
+FP8 = (capi.FMHA_DTYPE_F8E4M3, capi.FMHA_DTYPE_F8E5M2)
 
 
 class ArrayError(ValueError):
@@ -50,7 +61,7 @@ class Array:
     shape: Tuple[int, ...]
     strides: Tuple[int, ...]  # in elements
     itemsize: int
-    dtype: Optional[int]      # fmha_dtype, None when not F16/BF16/F32
+    dtype: Optional[int]      # fmha_dtype, None when not one fmha takes
     dtype_name: str
     device: str               # CPU or CUDA
     ordinal: Optional[int]    # CUDA device ordinal; 0 for CPU, None when unknown
@@ -123,24 +134,24 @@ def _typestr_dtype(typestr: str, what: str):
 def _numpy_dtype(dt, what):
     if not dt.isnative:
         raise _foreign_order(what, dt.str)
-    if dt.name == "bfloat16" and dt.itemsize == 2:  # ml_dtypes.bfloat16
-        return capi.FMHA_DTYPE_BF16, "bfloat16"
+    if dt.name in _BY_NAME and dt.itemsize == (2 if dt.name == "bfloat16" else 1):  # ml_dtypes'
+        return _BY_NAME[dt.name], dt.name
     if dt.kind == "f" and dt.itemsize in _NUMPY_FLOAT:
         return _NUMPY_FLOAT[dt.itemsize], dt.name
     return None, dt.name
 
 
 def numpy_dtype(dtype: Optional[int]):
-    """The numpy dtype of an fmha_dtype; bfloat16 is ml_dtypes' (None when
-    ml_dtypes is not installed)."""
+    """The numpy dtype of an fmha_dtype; bfloat16 and the FP8 types are
+    ml_dtypes' (None when ml_dtypes is not installed)."""
     import numpy as np
-    if dtype == capi.FMHA_DTYPE_BF16:
-        try:
-            import ml_dtypes
-        except ImportError:
-            return None
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype({capi.FMHA_DTYPE_F16: np.float16, capi.FMHA_DTYPE_F32: np.float32}[dtype])
+    if dtype in (capi.FMHA_DTYPE_F16, capi.FMHA_DTYPE_F32):
+        return np.dtype({capi.FMHA_DTYPE_F16: np.float16, capi.FMHA_DTYPE_F32: np.float32}[dtype])
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(getattr(ml_dtypes, DTYPE_NAMES[dtype]))
 
 
 def _check_no_grad(obj, what):
@@ -199,6 +210,8 @@ class _DLManagedTensorVersioned(ctypes.Structure):
 
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 _DL_INT, _DL_FLOAT, _DL_BFLOAT = 0, 2, 4
+# DLPack 1.1's 8-bit float codes (kDLFloat8_e4m3fn, kDLFloat8_e5m2).
+_DL_FLOAT8 = {10: capi.FMHA_DTYPE_F8E4M3, 12: capi.FMHA_DTYPE_F8E5M2}
 _DL_FLAG_READ_ONLY = 1
 
 _capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
@@ -248,12 +261,34 @@ def _from_dlpack(obj, what, stream):
         dtype, name = _NUMPY_FLOAT[bits // 8], "float16" if bits == 16 else "float32"
     elif lanes == 1 and code == _DL_BFLOAT and bits == 16:
         dtype, name = capi.FMHA_DTYPE_BF16, "bfloat16"
+    elif lanes == 1 and code in _DL_FLOAT8 and bits == 8:
+        dtype = _DL_FLOAT8[code]
+        name = DTYPE_NAMES[dtype]
     elif lanes == 1 and code == _DL_INT and bits == 32:
         name = "int32"  # the serving layouts' metadata (dtype stays None: not a tensor dtype)
     return Array(obj=obj, ptr=(t.data or 0) + t.byte_offset, shape=shape, strides=strides,
                  itemsize=max(1, bits * lanes // 8), dtype=dtype, dtype_name=name,
                  device=device, ordinal=ordinal, readonly=readonly,
                  library=library_of(obj), keepalive=capsule)
+
+
+# ---- torch's FP8 tensors -------------------------------------------------------
+# torch exports float8 through DLPack only in recent releases (and no array
+# interface carries it): its FP8 tensors are read from their own attributes.
+_TORCH_FP8 = {"torch.float8_e4m3fn": capi.FMHA_DTYPE_F8E4M3, "torch.float8_e5m2": capi.FMHA_DTYPE_F8E5M2}
+
+
+def _from_torch_fp8(t, what):
+    dtype = _TORCH_FP8[str(t.dtype)]
+    if t.device.type == "cpu":
+        device, ordinal = CPU, 0
+    elif t.device.type == "cuda":
+        device, ordinal = CUDA, t.device.index if t.device.index is not None else 0
+    else:
+        raise ArrayError(f"{what}: a torch tensor on {t.device} is neither on the CPU nor on CUDA")
+    return Array(obj=t, ptr=int(t.data_ptr()), shape=tuple(t.shape), strides=tuple(t.stride()),
+                 itemsize=1, dtype=dtype, dtype_name=DTYPE_NAMES[dtype], device=device,
+                 ordinal=ordinal, readonly=False, library="torch")
 
 
 # ---- array interfaces --------------------------------------------------------
@@ -313,6 +348,8 @@ def describe(obj, what: str, stream: Optional[int] = None) -> Array:
                      itemsize=obj.itemsize, dtype=dtype, dtype_name=name, device=CPU, ordinal=0,
                      readonly=bool(readonly), library="numpy")
     obj = _check_no_grad(obj, what)
+    if library_of(obj) == "torch" and str(getattr(obj, "dtype", "")) in _TORCH_FP8:
+        return _from_torch_fp8(obj, what)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
         return _from_dlpack(obj, what, stream)
     if hasattr(obj, "__cuda_array_interface__"):

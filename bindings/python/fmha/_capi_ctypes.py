@@ -7,7 +7,8 @@ include/fmha/fmha.h the package uses, with the SWIG module's conventions
 (capi.i):
 
   - every pointer the caller supplies (tensor data, lse, workspace, CUDA
-    stream, the 0.2 int32 arrays) is a Python int or None for NULL; reading
+    stream, the 0.2 int32 arrays, the 0.3 descales and ALiBi slopes) is a
+    Python int or None for NULL; reading
     such a field gives an int (0 for NULL);
   - dims and strides are sequences of 4 ints (read back as tuples);
   - fmha_create(kind, ordinal) returns [status, handle];
@@ -24,8 +25,8 @@ ctypes releases the GIL while a C function runs, as SWIG's -threads does.
 The library: $FMHA_LIBRARY (a path) when set, else a libfmha shared library
 next to this file (a wheel's copy), else the loader's search by name. The
 structs mirror fmha.h field by field; their sizes are checked against the
-header's FMHA_FORWARD_PARAMS_SIZE_V1/V2 on 64-bit platforms, and the loaded
-library's version must be 0.2 or later with the same major.
+header's FMHA_FORWARD_PARAMS_SIZE_V1/V2/V3 on 64-bit platforms, and the
+loaded library's version must be 0.3 or later with the same major.
 """
 from __future__ import annotations
 

@@ -33,17 +33,36 @@ def visible_keys(nq, nk, *, causal=False, causal_alignment="bottom_right", windo
 
 
 def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=(-1, -1),
-              scale=None, softcap=0.0):
-    """(o, lse) in float64; rows that see no key give o = 0, lse = -inf."""
+              scale=None, softcap=0.0, q_descale=None, k_descale=None, v_descale=None, bias=None,
+              alibi_slopes=None):
+    """(o, lse) in float64; rows that see no key (or whose every visible
+    logit is -inf) give o = 0, lse = -inf. The 0.3 numerics follow fmha.h:
+    s = scale * qd * kd * (q . k), soft-capped, plus bias minus
+    slope * |d(i) - j|, then masked; o = vd * softmax(s) v, lse before vd.
+    Descales are [B, Hk]; bias broadcasts like numpy to [B, Hq, Nq, Nk];
+    alibi_slopes are [Hq] or [B, Hq]."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     b, hq, nq, d = q.shape
     hk, nk = k.shape[1], k.shape[2]
-    k = np.repeat(k, hq // hk, axis=1)
-    v = np.repeat(v, hq // hk, axis=1)
+    group = hq // hk
+    k = np.repeat(k, group, axis=1)
+    v = np.repeat(v, group, axis=1)
+
+    def per_head(descale):  # [B, Hk] -> [B, Hq, 1, 1]
+        if descale is None:
+            return 1.0
+        return np.repeat(np.asarray(descale, dtype=np.float64), group, axis=1)[:, :, None, None]
     scale = 1.0 / math.sqrt(d) if scale is None else scale
-    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    s = np.einsum("bhid,bhjd->bhij", q, k) * (scale * per_head(q_descale) * per_head(k_descale))
     if softcap:
         s = softcap * np.tanh(s / softcap)
+    diag = np.arange(nq)[:, None] + (0 if (causal and causal_alignment == "top_left") else nk - nq)
+    if bias is not None:
+        s = s + np.asarray(bias, dtype=np.float64)
+    if alibi_slopes is not None:
+        slopes = np.asarray(alibi_slopes, dtype=np.float64)
+        slopes = np.broadcast_to(slopes, (b, hq))[:, :, None, None]
+        s = s - slopes * np.abs(diag - np.arange(nk)[None, :])
     mask = visible_keys(nq, nk, causal=causal, causal_alignment=causal_alignment, window=window)
     s = np.where(mask, s, -np.inf)
     m = s.max(axis=-1, keepdims=True)
@@ -52,7 +71,7 @@ def attention(q, k, v, *, causal=False, causal_alignment="bottom_right", window=
     l = p.sum(axis=-1, keepdims=True)
     seen = l > 0
     safe_l = np.where(seen, l, 1.0)
-    o = np.where(seen, np.einsum("bhij,bhjd->bhid", p, v) / safe_l, 0.0)
+    o = np.where(seen, np.einsum("bhij,bhjd->bhid", p, v) / safe_l, 0.0) * per_head(v_descale)
     lse = np.where(seen[..., 0], m[..., 0] + np.log(safe_l[..., 0]), -np.inf)
     return o, lse
 

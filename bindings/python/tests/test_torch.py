@@ -253,8 +253,10 @@ def test_cuda_current_stream():
 
 def test_cpu_rejects():
     q, k, v = _qkv(1, 1, 4, 2, 8, 8, 32, torch.float32, "cpu")
-    with pytest.raises(NotImplementedError, match="attn_mask"):
-        fmha_torch.sdpa(q, k, v, attn_mask=torch.ones(8, 8, dtype=torch.bool), enable_gqa=True)
+    with pytest.raises(TypeError, match="attn_mask"):
+        fmha_torch.sdpa(q, k, v, attn_mask=torch.ones(8, 8, dtype=torch.int32), enable_gqa=True)
+    with pytest.raises(ValueError, match="bias.dims"):  # fmha's message: not broadcastable
+        fmha_torch.sdpa(q, k, v, attn_mask=torch.zeros(3, 8), enable_gqa=True)
     with pytest.raises(NotImplementedError, match="dropout_p"):
         fmha_torch.sdpa(q, k, v, dropout_p=0.1, enable_gqa=True)
     with pytest.raises(ValueError, match="enable_gqa"):
@@ -278,6 +280,122 @@ def test_cpu_rejects():
     out, _ = torch.ops.fmha.forward(q, k, v)
     with pytest.raises(NotImplementedError, match="no backward"):
         out.sum().backward()
+
+
+# ---- fmha 0.3: masks, FP8, descales, ALiBi ----------------------------------------
+def _unsupported_on(device, call):
+    """call(); on CUDA a kernel that does not run the 0.3 feature yet
+    (ERROR_UNSUPPORTED) skips the case, naming it; the CPU must run it."""
+    try:
+        return call()
+    except fmha.Error as e:
+        if device.type == "cuda" and e.status == fmha.Status.ERROR_UNSUPPORTED:
+            pytest.skip(f"no CUDA kernel runs this 0.3 feature in this build: {e.message}")
+        raise
+
+
+MASKS = ["float_2d", "float_4d_minus_inf", "bool_key_padding", "bool_causal_like"]
+
+
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("dtype_id", DTYPE_IDS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_sdpa_attn_mask(device, dtype_id, mask):
+    device = _device(device)
+    dtype = _dtype(dtype_id)
+    b, hq, hk, nq, nk, d = 2, 4, 2, 19, 27, 64
+    q, k, v = _qkv(13, b, hq, hk, nq, nk, d, dtype, device)
+    gen = torch.Generator().manual_seed(17)
+    if mask == "float_2d":
+        m = _randn(gen, nq, nk, dtype=dtype, device=device)
+    elif mask == "float_4d_minus_inf":
+        m = _randn(gen, b, hq, nq, nk, dtype=dtype, device=device)
+        m[0, 1, :, 20:] = -math.inf
+        m[1, :, 5, 1:] = -math.inf  # key 0 stays: no row fully masked (torch gives NaN)
+    elif mask == "bool_key_padding":
+        m = torch.ones(b, 1, 1, nk, dtype=torch.bool, device=device)
+        m[0, ..., 22:] = False
+        m[1, ..., 3:9] = False
+    else:
+        m = torch.ones(nq, nk, dtype=torch.bool).tril(nk - nq).to(device)
+    kw = dict(attn_mask=m, enable_gqa=True)
+    got = _unsupported_on(device, lambda: fmha_torch.sdpa(q, k, v, **kw))
+    ref = F.scaled_dot_product_attention(q.double().cpu(), k.double().cpu(), v.double().cpu(),
+                                         attn_mask=m.cpu() if m.dtype == torch.bool else m.double().cpu(),
+                                         enable_gqa=True)
+    baseline = (F.scaled_dot_product_attention(q, k, v, **kw).double().cpu() - ref).abs().max().item()
+    assert got.dtype == dtype and got.shape == ref.shape
+    err = (got.double().cpu() - ref).abs().max().item()
+    assert err <= 2 * baseline + ATOL[dtype_id], f"max error {err:.3g} (torch's {baseline:.3g})"
+
+
+def _fp8_or_skip(name):
+    if not hasattr(torch, name):
+        pytest.skip(f"this torch has no torch.{name}")
+    return getattr(torch, name)
+
+
+@pytest.mark.parametrize("fp8", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("q_id", ["f16", "bf16", "fp8"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_op_fp8_descales_alibi(device, q_id, fp8):
+    device = _device(device)
+    f8 = _fp8_or_skip(fp8)
+    b, hq, hk, nq, nk, d = 2, 4, 2, 9, 21, 64
+    q, k, v = _qkv(23, b, hq, hk, nq, nk, d, torch.float32, device)
+    q = q.to(f8 if q_id == "fp8" else _dtype(q_id))
+    k, v = k.to(f8), v.to(f8)
+    gen = torch.Generator().manual_seed(29)
+    descale = [(torch.rand(b, hk, generator=gen) * 2 + 0.25).to(device) for _ in range(3)]
+    slopes = torch.rand(hq, generator=gen).to(device)
+    out, lse = _unsupported_on(device, lambda: torch.ops.fmha.forward(
+        q, k, v, causal=True, return_lse=True, q_descale=descale[0], k_descale=descale[1],
+        v_descale=descale[2], alibi_slopes=slopes, out_dtype=torch.float32))
+    assert out.dtype == torch.float32 and lse.dtype == torch.float32
+    # float64 reference from the header's formula.
+    qe = q.cpu().double()
+    ke, ve = (t.cpu().double().repeat_interleave(hq // hk, 1) for t in (k, v))
+    qd, kd, vd = (x.cpu().double().repeat_interleave(hq // hk, 1)[:, :, None, None] for x in descale)
+    i = torch.arange(nq)[:, None] + nk - nq
+    j = torch.arange(nk)[None, :]
+    s = (qe @ ke.transpose(-1, -2)) * (qd * kd / math.sqrt(d))
+    s = s - slopes.cpu().double()[None, :, None, None] * (i - j).abs()
+    s = s.masked_fill(j > i, -math.inf)
+    ref = (torch.softmax(s, -1) @ ve) * vd
+    assert (out.double().cpu() - ref).abs().max().item() < 1e-4
+    assert (lse.double().cpu() - torch.logsumexp(s, -1)).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fake_tensors_out_dtype(device):
+    device = _device(device)
+    f8 = _fp8_or_skip("float8_e4m3fn")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        q16 = torch.empty(2, 8, 5, 64, dtype=torch.float16, device=device)
+        q8 = torch.empty(2, 8, 5, 64, dtype=f8, device=device)
+        k8 = torch.empty(2, 2, 9, 64, dtype=f8, device=device)
+        out, _ = torch.ops.fmha.forward(q16, k8, k8, out_dtype=torch.float32)
+        assert out.dtype == torch.float32 and out.shape == (2, 8, 5, 64)
+        assert torch.ops.fmha.forward(q8, k8, k8)[0].dtype == torch.bfloat16
+        assert torch.ops.fmha.forward(q16, k8, k8)[0].dtype == torch.float16
+        bias = torch.empty(5, 9, device=device)
+        assert torch.ops.fmha.forward(q16, k8, k8, bias=bias)[0].shape == (2, 8, 5, 64)
+        with pytest.raises(TypeError, match="out_dtype"):
+            torch.ops.fmha.forward(q16, k8, k8, out_dtype=f8)
+        with pytest.raises(TypeError, match="FP8"):
+            torch.ops.fmha.forward(q8, q16, q16)
+
+
+def test_opcheck_numerics():
+    q, k, v = _qkv(31, 2, 4, 2, 9, 13, 32, torch.float32, "cpu")
+    gen = torch.Generator().manual_seed(37)
+    bias = torch.randn(2, 1, 9, 13, generator=gen)
+    ds = torch.rand(2, 2, generator=gen) + 0.5
+    for kwargs in ({"bias": bias, "return_lse": True},
+                   {"q_descale": ds, "k_descale": ds, "v_descale": ds, "out_dtype": torch.float16},
+                   {"alibi_slopes": torch.rand(4, generator=gen), "causal": True}):
+        torch.library.opcheck(torch.ops.fmha.forward.default, (q, k, v), kwargs)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@
 //   On the avx512bf16 path (cpu_isa.h) a BF16 query block keeps Q (pair-
 //   interleaved, unscaled) and its K tiles raw, and its scores come from
 //   bf16_score_tile (vdpbf16ps, FP32 sums) instead; a packed decode block
-//   likewise from bf16_dot_tile. P . V stays FP32.
+//   likewise from bf16_dot_tile. The neonfp16 path does the same for F16
+//   with FMLAL (cpu_fp16_neon.h; Q^T raw, unscaled). P . V stays FP32.
 //
 // Decode (few query rows, GQA): when the Nq query rows of all G query heads
 // that share a kv head fit in one block (G * Nq <= rows), one work item
@@ -60,6 +61,7 @@
 #include <limits>
 
 #include "backend/cpu/cpu_convert.h"
+#include "backend/cpu/cpu_fp16_neon.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/arith.h"
@@ -84,8 +86,11 @@
 // intrinsic helpers of cpu_convert.h, which carry their own target
 // attributes and are called out of line once per row. The build stays
 // portable (no -march flag: outside these functions the objects hold
-// baseline code only) and needs no ifunc; other targets compile the
-// baseline only.
+// baseline code only) and needs no ifunc. On AArch64 the same body is
+// compiled for the neon and neonfp16 paths, which need no attribute (ASIMD
+// is the AArch64 baseline): they differ from baseline in the out-of-line
+// kernels they call (cpu_convert.h's FCVTL/FCVTN rows, cpu_fp16_neon.h's
+// FMLAL scores). Other targets compile the baseline only.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FMHA_CPU_BASELINE_ONLY)
 #define FMHA_CPU_X86_VARIANTS 1
 #define FMHA_CPU_TARGET_AVX512BF16 \
@@ -97,6 +102,11 @@
 #endif
 #if FMHA_CPU_X86_VARIANTS
 #include <immintrin.h>
+#endif
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FMHA_CPU_BASELINE_ONLY)
+#define FMHA_CPU_ARM_VARIANTS 1
+#else
+#define FMHA_CPU_ARM_VARIANTS 0
 #endif
 
 namespace fmha::cpu {
@@ -115,7 +125,8 @@ constexpr int64_t kAlignBytes = 64;  // scratch arrays start on a cache line
 //                     registers spills: ~57)
 // A 16-wide tile let GCC vectorize the wrong loop (10x slower), so the
 // width stays 32 and the row count follows the register file. The baseline
-// uses 3 (not measured off x86-64; 3 x 32 fits AArch64's 32 registers).
+// and the neon paths use 3 (not measured on AArch64 hardware, only run under
+// qemu: 3 x 32 = 24 accumulators of its 32 128-bit registers).
 constexpr int64_t kMicroCols = 32;
 constexpr int64_t kRowsAvx512 = 4;
 constexpr int64_t kRowsOther = 3;
@@ -285,12 +296,19 @@ FMHA_CPU_INLINE float load_scalar(const void* src, int64_t at, fmha_dtype t) {
 
 // dst[0..n) = float(src[i * stride]). The stride-1 loops vectorize (the
 // conversions in numeric.h are branch-free); any other stride is a gather.
-// Contiguous F16 rows convert in hardware on the avx2 and avx512 paths
-// (cpu_convert.h, bit for bit the software result).
+// Contiguous F16 rows convert in hardware on the avx2, avx512 and neon
+// paths (cpu_convert.h, bit for bit the software result).
 template <CpuIsa kIsa>
 FMHA_CPU_INLINE void load_row(const void* src, int64_t stride, int64_t n, fmha_dtype t, float* dst) {
+#if FMHA_CPU_NEON_F16
+  if constexpr (isa_is_arm(kIsa))
+    if (t == FMHA_DTYPE_F16 && stride == 1) {
+      f16_to_f32_neon(static_cast<const uint16_t*>(src), n, dst);
+      return;
+    }
+#endif
 #if FMHA_CPU_HW_F16
-  if constexpr (kIsa >= CpuIsa::kAvx2)
+  if constexpr (isa_is_x86(kIsa))
     if (t == FMHA_DTYPE_F16 && stride == 1) {
       if constexpr (kIsa >= CpuIsa::kAvx512)
         f16_to_f32_avx512(static_cast<const uint16_t*>(src), n, dst);
@@ -335,13 +353,20 @@ FMHA_CPU_INLINE void load_row(const void* src, int64_t stride, int64_t n, fmha_d
 }
 
 // dst[i * stride] = src[i] * mul, rounded to nearest even for F16/BF16;
-// contiguous F16 rows in hardware on the avx2 and avx512 paths, as in
+// contiguous F16 rows in hardware on the avx2, avx512 and neon paths, as in
 // load_row. (BF16 stays in software: vcvtneps2bf16 flushes subnormals.)
 template <CpuIsa kIsa>
 FMHA_CPU_INLINE void store_row(const float* src, float mul, int64_t n, fmha_dtype t, void* dst,
                                int64_t stride) {
+#if FMHA_CPU_NEON_F16
+  if constexpr (isa_is_arm(kIsa))
+    if (t == FMHA_DTYPE_F16 && stride == 1) {
+      f32_to_f16_neon(src, mul, n, static_cast<uint16_t*>(dst));
+      return;
+    }
+#endif
 #if FMHA_CPU_HW_F16
-  if constexpr (kIsa >= CpuIsa::kAvx2)
+  if constexpr (isa_is_x86(kIsa))
     if (t == FMHA_DTYPE_F16 && stride == 1) {
       if constexpr (kIsa >= CpuIsa::kAvx512)
         f32_to_f16_avx512(src, mul, n, static_cast<uint16_t*>(dst));
@@ -736,6 +761,38 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_dot_tile(const ui
 #endif
 #endif
 
+// ---- raw 16-bit scores, per path -------------------------------------------------
+
+// S = scale * K_tile . Q^T (keys x rows) from raw 16-bit K rows (ldk apart)
+// and Q in the path's layout: BF16 pair-interleaved on avx512bf16
+// (bf16_score_tile), F16 Q^T on neonfp16 (f16_score_tile_neon). run_block
+// calls it only on those two paths.
+template <CpuIsa kIsa>
+FMHA_CPU_INLINE void raw_score_tile(const uint16_t* k, int64_t ldk, const uint16_t* q, int64_t ldq, float* s,
+                                    int64_t lds, int64_t nk, int64_t np, int64_t head_dim, float scale) {
+#if FMHA_CPU_X86_VARIANTS
+  if constexpr (kIsa == CpuIsa::kAvx512Bf16) bf16_score_tile(k, ldk, q, ldq, s, lds, nk, np, (head_dim + 1) / 2, scale);
+#endif
+#if FMHA_CPU_NEON_FP16
+  if constexpr (kIsa == CpuIsa::kNeonFp16) f16_score_tile_neon(k, ldk, q, ldq, s, lds, nk, np, head_dim, scale);
+#endif
+  (void)k, (void)ldk, (void)q, (void)ldq, (void)s, (void)lds, (void)nk, (void)np, (void)head_dim, (void)scale;
+}
+
+// The dot-product form (S rows x keys) for packed decode blocks:
+// bf16_dot_tile or f16_dot_tile_neon, as raw_score_tile.
+template <CpuIsa kIsa>
+FMHA_CPU_INLINE void raw_dot_tile(const uint16_t* k, int64_t ldk, const uint16_t* q, int64_t ldq, float* s,
+                                  int64_t lds, int64_t nk, int64_t nr, int64_t dp, float scale) {
+#if FMHA_CPU_X86_VARIANTS
+  if constexpr (kIsa == CpuIsa::kAvx512Bf16) bf16_dot_tile(k, ldk, q, ldq, s, lds, nk, nr, dp, scale);
+#endif
+#if FMHA_CPU_NEON_FP16
+  if constexpr (kIsa == CpuIsa::kNeonFp16) f16_dot_tile_neon(k, ldk, q, ldq, s, lds, nk, nr, dp, scale);
+#endif
+  (void)k, (void)ldk, (void)q, (void)ldq, (void)s, (void)lds, (void)nk, (void)nr, (void)dp, (void)scale;
+}
+
 // ---- one sequence ---------------------------------------------------------------
 
 // Where sequence b of the batch lives: its extent as core/seq_layout.h
@@ -840,7 +897,7 @@ struct Job {
 // G * Nq rows of (batch b, kv head hk) over the keys of one split.
 template <CpuIsa kIsa>
 FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
-  constexpr int64_t kRows = kIsa >= CpuIsa::kAvx512 ? kRowsAvx512 : kRowsOther;
+  constexpr int64_t kRows = isa_is_x86(kIsa) && kIsa >= CpuIsa::kAvx512 ? kRowsAvx512 : kRowsOther;
   const Problem& p = *job.p;
   const ScratchLayout& L = job.layout;
   const fmha_dtype dt = p.dtype;      // q
@@ -898,23 +955,22 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const bool dot = packed && nr <= kDotRows;
   const int64_t KT = dot ? kDotTileKeys : L.keys;  // keys per streamed tile
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
-  // BF16 scores with vdpbf16ps (avx512bf16 path, unpacked blocks): Q and
-  // the K tiles stay raw BF16 (see bf16_score_tile); V still converts to FP32.
-#if FMHA_CPU_X86_VARIANTS
-  constexpr bool kBf16Dot = kIsa == CpuIsa::kAvx512Bf16;
-#else
-  constexpr bool kBf16Dot = false;
-#endif
-  // Q and K both BF16 (fmha.h 0.3 allows FP8 K/V beside a BF16 q: those
-  // take the FP32 path).
-  const bool bf16_qk = dt == FMHA_DTYPE_BF16 && p.kv_dtype == FMHA_DTYPE_BF16;
-  const bool bf16_scores = kBf16Dot && bf16_qk && !dot;
-  // Likewise for packed dot-product blocks (bf16_dot_tile): Q rows and K
-  // tile rows raw BF16, DP elements apart, zero past head_dim.
-  const bool bf16_dots = kBf16Dot && bf16_qk && dot;
-  const bool bf16_raw = bf16_scores || bf16_dots;
-  const int64_t pairs = (D + 1) / 2;  // BF16 element pairs of a row
-  const int64_t k_raw_ld = bf16_dots ? DP : 2 * pairs;  // BF16 elements between raw K rows
+  // Scores from raw 16-bit Q and K: BF16 with vdpbf16ps on the avx512bf16
+  // path (see bf16_score_tile), F16 with FMLAL on the neonfp16 path
+  // (cpu_fp16_neon.h). Q and the K tiles stay raw; V still converts to FP32.
+  constexpr fmha_dtype kRawDtype = kIsa == CpuIsa::kAvx512Bf16 ? FMHA_DTYPE_BF16
+                                   : kIsa == CpuIsa::kNeonFp16 ? FMHA_DTYPE_F16
+                                                               : FMHA_DTYPE_F32;  // F32: none
+  // Q and K both of that dtype (fmha.h 0.3 allows FP8 K/V beside a 16-bit
+  // q: those take the FP32 path).
+  const bool raw_qk = kRawDtype != FMHA_DTYPE_F32 && dt == kRawDtype && p.kv_dtype == kRawDtype;
+  const bool raw_scores = raw_qk && !dot;
+  // Likewise for packed dot-product blocks (bf16_dot_tile, f16_dot_tile_neon):
+  // Q rows and K tile rows raw, DP elements apart, zero past head_dim.
+  const bool raw_dots = raw_qk && dot;
+  const bool raw16 = raw_scores || raw_dots;
+  const int64_t pairs = (D + 1) / 2;  // 16-bit element pairs of a row
+  const int64_t k_raw_ld = raw_dots ? DP : 2 * pairs;  // 16-bit elements between raw K rows
 
   char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
   float* qt = at_offset<float>(base, L.qt);
@@ -965,7 +1021,18 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const Operand& q = p.q;
     const char* q_data = static_cast<const char*>(q.data);
     const float scale = qk_scale;
-    if (bf16_scores) {
+    if (raw_scores && kRawDtype == FMHA_DTYPE_F16) {
+      // qh[d][row], unscaled; padding rows 0 (FMLAL's Q^T, cpu_fp16_neon.h).
+      uint16_t* qh = reinterpret_cast<uint16_t*>(qt);
+      for (int64_t r = 0; r < np; ++r) {
+        if (r < nr) {
+          const uint16_t* qr = reinterpret_cast<const uint16_t*>(q_data) + sq.row_at(q, h_of(r), i_of(r));
+          for (int64_t d = 0; d < D; ++d) qh[d * BR + r] = qr[d * q.stride[3]];
+        } else {
+          for (int64_t d = 0; d < D; ++d) qh[d * BR + r] = 0;
+        }
+      }
+    } else if (raw_scores) {
       // qp[pair][row][2], unscaled; zero past head_dim and for padding rows.
       uint16_t* qp = reinterpret_cast<uint16_t*>(qt);
       for (int64_t r = 0; r < np; ++r) {
@@ -977,7 +1044,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
           for (int64_t x = 0; x < pairs; ++x) qp[x * 2 * BR + 2 * r] = qp[x * 2 * BR + 2 * r + 1] = 0;
         }
       }
-    } else if (bf16_dots) {
+    } else if (raw_dots) {
       // qr[row][DP], unscaled, zero past head_dim.
       uint16_t* qr = reinterpret_cast<uint16_t*>(qt);
       for (int64_t r = 0; r < nr; ++r) {
@@ -986,7 +1053,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         for (int64_t d = D; d < DP; ++d) qr[r * DP + d] = 0;
       }
     }
-    for (int64_t r = 0; r < np && !bf16_raw; ++r) {
+    for (int64_t r = 0; r < np && !raw16; ++r) {
       if (r < nr) {
         const int64_t at = sq.row_at(q, h_of(r), i_of(r));
         load_row<kIsa>(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
@@ -1014,7 +1081,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   if (DP > D)
     for (int64_t j = 0; j < L.keys; ++j) {
       std::memset(vt + j * DP + D, 0, (DP - D) * sizeof(float));
-      if (bf16_dots)
+      if (raw_dots)
         std::memset(reinterpret_cast<uint16_t*>(kt) + j * DP + D, 0, (DP - D) * sizeof(uint16_t));
       else if (dot)
         std::memset(kt + j * DP + D, 0, (DP - D) * sizeof(float));
@@ -1061,7 +1128,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
       int64_t k_at, v_at;
       sq.key_at(hk, j0 + j, &k_at, &v_at);
-      if (bf16_raw) {  // the raw BF16 row, an odd head_dim padded to a whole pair
+      if (raw16) {  // the raw 16-bit row, an odd head_dim padded to a whole pair
         uint16_t* kr = reinterpret_cast<uint16_t*>(kt) + j * k_raw_ld;
         const uint16_t* ks = static_cast<const uint16_t*>(k.data) + k_at;
         if (k.stride[3] == 1)
@@ -1090,22 +1157,18 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const bool edge = j0 < full_lo || j0 + bc > full_hi;
     if (dot) {
       // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
-#if FMHA_CPU_X86_VARIANTS
-      if (bf16_dots)
-        bf16_dot_tile(reinterpret_cast<const uint16_t*>(kt), DP, reinterpret_cast<const uint16_t*>(qt), DP, s,
-                      L.keys, bc, nr, DP, qk_scale);
+      if (raw_dots)
+        raw_dot_tile<kIsa>(reinterpret_cast<const uint16_t*>(kt), DP, reinterpret_cast<const uint16_t*>(qt), DP, s,
+                           L.keys, bc, nr, DP, qk_scale);
       else
-#endif
         dot_scores(kt, DP, qt, DP, s, L.keys, bc, nr, DP);
       softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
     } else {
       // S = K_tile . (scale Q)^T, keys x rows.
-#if FMHA_CPU_X86_VARIANTS
-      if (bf16_scores)
-        bf16_score_tile(reinterpret_cast<const uint16_t*>(kt), 2 * pairs, reinterpret_cast<const uint16_t*>(qt), BR, s,
-                    BR, bc, np, pairs, qk_scale);
+      if (raw_scores)
+        raw_score_tile<kIsa>(reinterpret_cast<const uint16_t*>(kt), 2 * pairs, reinterpret_cast<const uint16_t*>(qt),
+                             BR, s, BR, bc, np, D, qk_scale);
       else
-#endif
         gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
 
       // Softcap acts on the scaled logits, before the mask and the max, so
@@ -1291,6 +1354,14 @@ FMHA_CPU_TARGET_AVX512BF16 void run_block_avx512bf16(const Job& job, int64_t ite
 }
 #endif
 
+#if FMHA_CPU_ARM_VARIANTS
+void run_block_neon(const Job& job, int64_t item, int worker) { run_block<CpuIsa::kNeon>(job, item, worker); }
+
+void run_block_neonfp16(const Job& job, int64_t item, int worker) {
+  run_block<CpuIsa::kNeonFp16>(job, item, worker);
+}
+#endif
+
 // The function of the path active_isa() chose (cpuid, then FMHA_CPU_ISA;
 // it never names a path this CPU or build lacks).
 BlockFn select_block_fn() {
@@ -1299,6 +1370,10 @@ BlockFn select_block_fn() {
     case CpuIsa::kAvx512Bf16: return run_block_avx512bf16;
     case CpuIsa::kAvx512: return run_block_avx512;
     case CpuIsa::kAvx2: return run_block_avx2;
+#endif
+#if FMHA_CPU_ARM_VARIANTS
+    case CpuIsa::kNeonFp16: return run_block_neonfp16;
+    case CpuIsa::kNeon: return run_block_neon;
 #endif
     default: return run_block_baseline;
   }

@@ -75,3 +75,52 @@ FMHA_TARGET_AVX512 void f32_to_f16_avx512(const float* src, float mul, int64_t n
 
 }  // namespace fmha::cpu
 #endif
+
+#if FMHA_CPU_NEON_F16
+#include <arm_neon.h>
+
+#include <cstring>
+
+namespace fmha::cpu {
+
+// 8 halves a step (one FCVTL and one FCVTL2), the tail through a zero-padded
+// copy.
+void f16_to_f32_neon(const uint16_t* src, int64_t n, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(src + i));
+    vst1q_f32(dst + i, vcvt_f32_f16(vget_low_f16(h)));
+    vst1q_f32(dst + i + 4, vcvt_high_f32_f16(h));
+  }
+  if (i < n) {
+    uint16_t h[8] = {};
+    float f[8];
+    std::memcpy(h, src + i, (n - i) * sizeof(uint16_t));
+    const float16x8_t v = vreinterpretq_f16_u16(vld1q_u16(h));
+    vst1q_f32(f, vcvt_f32_f16(vget_low_f16(v)));
+    vst1q_f32(f + 4, vcvt_high_f32_f16(v));
+    std::memcpy(dst + i, f, (n - i) * sizeof(float));
+  }
+}
+
+// 8 floats a step: multiplied, then FCVTN and FCVTN2 (one rounding each: the
+// product rounds to FP32 first, as float_to_half(src[i] * mul) does).
+void f32_to_f16_neon(const float* src, float mul, int64_t n, uint16_t* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float16x4_t lo = vcvt_f16_f32(vmulq_n_f32(vld1q_f32(src + i), mul));
+    const float16x8_t h = vcvt_high_f16_f32(lo, vmulq_n_f32(vld1q_f32(src + i + 4), mul));
+    vst1q_u16(dst + i, vreinterpretq_u16_f16(h));
+  }
+  if (i < n) {
+    float f[8] = {};
+    uint16_t h[8];
+    std::memcpy(f, src + i, (n - i) * sizeof(float));
+    const float16x4_t lo = vcvt_f16_f32(vmulq_n_f32(vld1q_f32(f), mul));
+    vst1q_u16(h, vreinterpretq_u16_f16(vcvt_high_f16_f32(lo, vmulq_n_f32(vld1q_f32(f + 4), mul))));
+    std::memcpy(dst + i, h, (n - i) * sizeof(uint16_t));
+  }
+}
+
+}  // namespace fmha::cpu
+#endif

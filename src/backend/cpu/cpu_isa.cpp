@@ -13,6 +13,16 @@
 #else
 #define FMHA_CPU_X86_PATHS 0
 #endif
+// AArch64 Linux: ASIMD is part of the architecture; FP16 arithmetic and the
+// FP16 multiply-add long are optional and read from the kernel's hwcaps.
+#if defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(FMHA_CPU_BASELINE_ONLY)
+#define FMHA_CPU_ARM_PATHS 1
+#if defined(__linux__)
+#include <sys/auxv.h>  // getauxval; glibc's bits/hwcap.h has the HWCAP_* bits
+#endif
+#else
+#define FMHA_CPU_ARM_PATHS 0
+#endif
 
 namespace fmha::cpu {
 namespace {
@@ -24,6 +34,8 @@ struct CpuFeatures {
   bool avx512bf16 = false;  // AVX512_BF16
   bool avx512fp16 = false;  // reported in messages only: no kernel in this build
   bool amx = false;         // AMX-TILE + AMX-BF16, likewise
+  bool neon = false;        // AArch64 ASIMD (always, on AArch64)
+  bool neonfp16 = false;    // asimdhp (FP16 arithmetic) + asimdfhm (FMLAL/FMLAL2)
 };
 
 #if FMHA_CPU_X86_PATHS
@@ -62,6 +74,13 @@ CpuFeatures detect() {
     f.avx512bf16 = f.avx512 && (a & (1u << 5));
   }
 #endif
+#if FMHA_CPU_ARM_PATHS
+  f.neon = true;
+#if defined(__linux__) && defined(HWCAP_ASIMDHP) && defined(HWCAP_ASIMDFHM)
+  const unsigned long hwcap = getauxval(AT_HWCAP);
+  f.neonfp16 = (hwcap & HWCAP_ASIMDHP) && (hwcap & HWCAP_ASIMDFHM);
+#endif
+#endif
   return f;
 }
 
@@ -76,8 +95,9 @@ bool equals_lower(const char* a, const char* b) {
   return *a == *b;
 }
 
-constexpr CpuIsa kAll[] = {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16};
-constexpr const char* kNames = "avx512bf16|avx512|avx2|baseline|auto";
+constexpr CpuIsa kAll[] = {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16,
+                           CpuIsa::kNeon, CpuIsa::kNeonFp16};
+constexpr const char* kNames = "avx512bf16|avx512|avx2|neonfp16|neon|baseline|auto";
 
 }  // namespace
 
@@ -87,6 +107,8 @@ const char* isa_name(CpuIsa isa) {
     case CpuIsa::kAvx2: return "avx2";
     case CpuIsa::kAvx512: return "avx512";
     case CpuIsa::kAvx512Bf16: return "avx512bf16";
+    case CpuIsa::kNeon: return "neon";
+    case CpuIsa::kNeonFp16: return "neonfp16";
   }
   return "unknown";
 }
@@ -98,6 +120,8 @@ bool isa_available(CpuIsa isa) {
     case CpuIsa::kAvx2: return f.avx2;
     case CpuIsa::kAvx512: return f.avx512;
     case CpuIsa::kAvx512Bf16: return f.avx512bf16;
+    case CpuIsa::kNeon: return f.neon;
+    case CpuIsa::kNeonFp16: return f.neonfp16;
   }
   return false;
 }
@@ -131,7 +155,6 @@ CpuIsa choose_isa(const char* request, std::string* message) {
   if (equals_lower(request, "avx512fp16"))
     return refuse(f.avx512fp16 ? "this CPU has AVX512-FP16 but this build has no AVX512-FP16 kernel"
                                : "not available in this build or on this CPU");
-  if (equals_lower(request, "neon")) return refuse("not available in this build or on this CPU");
   char why[128];
   std::snprintf(why, sizeof why, "unknown value (expected %s)", kNames);
   return refuse(why);

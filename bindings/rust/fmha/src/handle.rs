@@ -4,9 +4,11 @@ use std::ptr::{self, NonNull};
 
 use fmha_sys as sys;
 
-use crate::element::Element;
+use crate::element::{Element, OutputElement};
 use crate::error::{check, Error, Result, Status};
-use crate::tensor::{I32View, Layout, LseMut, LseView, Memory, TensorView, TensorViewMut};
+use crate::tensor::{
+    BiasView, F32View, I32View, Layout, LseMut, LseView, Memory, TensorView, TensorViewMut,
+};
 
 /// The device a [`Handle`] runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,6 +79,11 @@ pub struct Options<'a> {
     max_seqlen_k: Option<u32>,
     seqused_k: Option<I32View<'a>>,
     block_table: Option<(I32View<'a>, usize)>,
+    q_descale: Option<F32View<'a>>,
+    k_descale: Option<F32View<'a>>,
+    v_descale: Option<F32View<'a>>,
+    bias: Option<BiasView<'a>>,
+    alibi_slopes: Option<(F32View<'a>, usize)>,
 }
 
 impl<'a> Options<'a> {
@@ -166,6 +173,52 @@ impl<'a> Options<'a> {
     /// `table[b * stride + j / page_size]`. Needs [`Options::seqused_k`].
     pub fn block_table(mut self, table: I32View<'a>, stride: usize) -> Options<'a> {
         self.block_table = Some((table, stride));
+        self
+    }
+
+    // ---- fmha 0.3: inference numerics --------------------------------------
+    // The logits are s = scale * q_descale * k_descale * (q . k), soft-capped,
+    // then s += bias - slope * |diag(i) - j|, then masked; o = v_descale *
+    // softmax(s) v, and the lse is that of the final s (before v_descale). A
+    // row whose every visible logit is -inf gets o = 0 and lse = -inf.
+
+    /// Per-(sequence, KV head) factor of q: `[B, Hk]` row-major, `B` the
+    /// batch (the number of sequences of a ragged batch); it applies to the
+    /// query heads of that KV head's group. Any dtype, not only FP8.
+    pub fn q_descale(mut self, descale: F32View<'a>) -> Options<'a> {
+        self.q_descale = Some(descale);
+        self
+    }
+
+    /// The factor of k likewise (`[B, Hk]`).
+    pub fn k_descale(mut self, descale: F32View<'a>) -> Options<'a> {
+        self.k_descale = Some(descale);
+        self
+    }
+
+    /// The factor of v likewise (`[B, Hk]`): it multiplies o, not the lse.
+    pub fn v_descale(mut self, descale: F32View<'a>) -> Options<'a> {
+        self.v_descale = Some(descale);
+        self
+    }
+
+    /// An additive bias `[B, Hq, Nq, Nk]` (a float attention mask), `f32`,
+    /// [`crate::F16`] or [`crate::Bf16`]: each dim is that size or 1 (it
+    /// broadcasts), and a stride of 0 broadcasts too, so `[1, 1, Nq, Nk]` is
+    /// a mask shared by the batch and `[B, 1, 1, Nk]` a key padding mask.
+    /// `-inf` masks a key out. For serving layouts `Nq` and `Nk` are the
+    /// sequence-length bounds, and each sequence reads the bias at its own
+    /// positions (fmha.h).
+    pub fn bias<B: OutputElement>(mut self, bias: TensorView<'a, B>) -> Options<'a> {
+        self.bias = Some(BiasView::of(&bias));
+        self
+    }
+
+    /// ALiBi: `s -= slope * |diag(i) - j|`. `row_stride` 0: `slopes` holds
+    /// `Hq` slopes for every sequence; else `[B, Hq]` with row `b` at
+    /// `b * row_stride` (`row_stride >= Hq`).
+    pub fn alibi_slopes(mut self, slopes: F32View<'a>, row_stride: usize) -> Options<'a> {
+        self.alibi_slopes = Some((slopes, row_stride));
         self
     }
 }
@@ -382,12 +435,12 @@ impl Handle {
         self.raw.as_ptr()
     }
 
-    fn params<T: Element>(
+    fn params<Q: Element, KV: Element, O: OutputElement>(
         &self,
-        q: &TensorView<'_, T>,
-        k: &TensorView<'_, T>,
-        v: &TensorView<'_, T>,
-        o: &TensorViewMut<'_, T>,
+        q: &TensorView<'_, Q>,
+        k: &TensorView<'_, KV>,
+        v: &TensorView<'_, KV>,
+        o: &TensorViewMut<'_, O>,
         lse: Option<&LseMut<'_>>,
         options: &Options<'_>,
     ) -> Result<Params> {
@@ -417,7 +470,7 @@ impl Handle {
         raw.q = c_tensor(q.ptr, q.layout, "q")?;
         raw.k = c_tensor(k.ptr, k.layout, "k")?;
         raw.v = c_tensor(v.ptr, v.layout, "v")?;
-        raw.o = c_tensor(o.ptr as *const T, o.layout, "o")?;
+        raw.o = c_tensor(o.ptr as *const O, o.layout, "o")?;
         if let Some(lse) = lse {
             let [b, h, n, _] = q.layout.dims;
             let rows = b.checked_mul(h).and_then(|x| x.checked_mul(n));
@@ -454,22 +507,97 @@ impl Handle {
             ),
         };
         raw.kernel = kernel.as_ref().map_or(ptr::null(), |c| c.as_ptr());
-        self.set_serving(&mut raw, q, k, options)?;
+        let batch = self.set_serving(&mut raw, q, k, options)?;
+        self.set_numerics(&mut raw, batch, q.layout.dims[1], k.layout.dims[1], options)?;
         Ok(Params {
             raw,
             _kernel: kernel,
         })
     }
 
-    /// The serving fields of `raw` from `options`, after checking what the
-    /// library cannot see: where the metadata lives and how long it is.
-    fn set_serving<T: Element>(
+    /// The 0.3 fields of `raw` from `options`, after checking what the
+    /// library cannot see (it reads the descales and slopes as bare
+    /// pointers): where they live and how long they are. `batch`: the
+    /// number of sequences.
+    fn set_numerics(
         &self,
         raw: &mut sys::fmha_forward_params,
-        q: &TensorView<'_, T>,
-        k: &TensorView<'_, T>,
+        batch: usize,
+        heads_q: usize,
+        heads_k: usize,
         options: &Options<'_>,
     ) -> Result<()> {
+        let want = self.device.memory();
+        let place = |what: &str, memory: Memory| {
+            if memory == want {
+                Ok(())
+            } else {
+                Err(Error::invalid(format!(
+                    "{what} is in {memory:?} memory but the handle is {:?}",
+                    self.device
+                )))
+            }
+        };
+        let factors = batch.saturating_mul(heads_k);
+        let descales = [
+            ("q_descale", options.q_descale, &mut raw.q_descale),
+            ("k_descale", options.k_descale, &mut raw.k_descale),
+            ("v_descale", options.v_descale, &mut raw.v_descale),
+        ];
+        for (what, view, field) in descales {
+            if let Some(view) = view {
+                place(what, view.memory)?;
+                if view.len != factors {
+                    return Err(Error::invalid(format!(
+                        "{what} has {} factors; [batch, kv heads] = [{batch}, {heads_k}] needs {factors}",
+                        view.len
+                    )));
+                }
+                *field = view.ptr;
+            }
+        }
+        if let Some((slopes, stride)) = options.alibi_slopes {
+            place("alibi_slopes", slopes.memory)?;
+            let need = if stride == 0 || batch == 0 {
+                Some(heads_q)
+            } else {
+                (batch - 1).checked_mul(stride).and_then(|x| x.checked_add(heads_q))
+            };
+            if need.map_or(true, |n| slopes.len < n) {
+                return Err(Error::invalid(format!(
+                    "alibi_slopes has {} slopes; {} with row stride {stride} needs {}",
+                    slopes.len,
+                    if stride == 0 { format!("[{heads_q}]") } else { format!("[{batch}, {heads_q}]") },
+                    need.map_or("more than usize holds".to_owned(), |n| n.to_string())
+                )));
+            }
+            raw.alibi_slopes = slopes.ptr;
+            raw.alibi_slopes_stride = i64::try_from(stride)
+                .map_err(|_| Error::invalid(format!("alibi_slopes row stride {stride} exceeds i64")))?;
+        }
+        if let Some(bias) = options.bias {
+            place("bias", bias.memory)?;
+            let (dims, strides) = bias.layout.to_c("bias")?;
+            raw.bias = sys::fmha_tensor {
+                data: bias.ptr as *mut c_void,
+                dtype: bias.dtype.raw(),
+                dims,
+                strides,
+            };
+        }
+        Ok(())
+    }
+
+    /// The serving fields of `raw` from `options`, after checking what the
+    /// library cannot see: where the metadata lives and how long it is.
+    /// Returns the batch: the number of sequences.
+    fn set_serving<Q: Element, KV: Element>(
+        &self,
+        raw: &mut sys::fmha_forward_params,
+        q: &TensorView<'_, Q>,
+        k: &TensorView<'_, KV>,
+        options: &Options<'_>,
+    ) -> Result<usize> {
         let arrays = [
             ("cu_seqlens_q", options.cu_seqlens_q),
             ("cu_seqlens_k", options.cu_seqlens_k),
@@ -539,7 +667,7 @@ impl Handle {
             raw.block_table_stride = i64::try_from(stride)
                 .map_err(|_| Error::invalid(format!("block_table stride {stride} exceeds i64")))?;
         }
-        Ok(())
+        Ok(batch)
     }
 
     fn workspace_bytes(&self, params: &Params) -> Result<usize> {
@@ -552,12 +680,12 @@ impl Handle {
 
     /// Bytes of workspace [`Handle::forward_with_workspace`] needs for these
     /// arguments (may be 0). Validates them as a forward would.
-    pub fn workspace_size<T: Element>(
+    pub fn workspace_size<Q: Element, KV: Element, O: OutputElement>(
         &self,
-        q: &TensorView<'_, T>,
-        k: &TensorView<'_, T>,
-        v: &TensorView<'_, T>,
-        o: &TensorViewMut<'_, T>,
+        q: &TensorView<'_, Q>,
+        k: &TensorView<'_, KV>,
+        v: &TensorView<'_, KV>,
+        o: &TensorViewMut<'_, O>,
         lse: Option<&LseMut<'_>>,
         options: &Options<'_>,
     ) -> Result<usize> {
@@ -570,6 +698,10 @@ impl Handle {
     /// q: `[B, Hq, Nq, D]`; k, v: `[B, Hk, Nk, D]` with `Hq % Hk == 0` (GQA:
     /// query head h reads KV head `h / (Hq / Hk)`); o: `[B, Hq, Nq, D]`; lse:
     /// `B * Hq * Nq` values. Every view must be on this handle's device.
+    /// Element types: q, k, v of one type, or FP8 k and v ([`crate::F8E4M3`],
+    /// [`crate::F8E5M2`]) under an `F16`, `Bf16` or FP8 q (else
+    /// `Status::InvalidArgument`); o of any [`OutputElement`] whatever the
+    /// inputs: its type is the output dtype.
     ///
     /// The workspace is handled here: a buffer kept in the handle for CPU
     /// forwards; for CUDA forwards, stream-ordered device memory when the
@@ -577,12 +709,12 @@ impl Handle {
     /// workspace fails: use [`Handle::forward_with_workspace`]). On CUDA the
     /// call is asynchronous on the handle's stream. On error nothing is
     /// written.
-    pub fn forward<T: Element>(
+    pub fn forward<Q: Element, KV: Element, O: OutputElement>(
         &mut self,
-        q: &TensorView<'_, T>,
-        k: &TensorView<'_, T>,
-        v: &TensorView<'_, T>,
-        o: &mut TensorViewMut<'_, T>,
+        q: &TensorView<'_, Q>,
+        k: &TensorView<'_, KV>,
+        v: &TensorView<'_, KV>,
+        o: &mut TensorViewMut<'_, O>,
         lse: Option<&mut LseMut<'_>>,
         options: &Options<'_>,
     ) -> Result<()> {
@@ -636,12 +768,12 @@ impl Handle {
     /// `workspace_bytes` long, and unused by anything else until the forward
     /// has finished (on CUDA: until the stream passes it).
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn forward_with_workspace<T: Element>(
+    pub unsafe fn forward_with_workspace<Q: Element, KV: Element, O: OutputElement>(
         &mut self,
-        q: &TensorView<'_, T>,
-        k: &TensorView<'_, T>,
-        v: &TensorView<'_, T>,
-        o: &mut TensorViewMut<'_, T>,
+        q: &TensorView<'_, Q>,
+        k: &TensorView<'_, KV>,
+        v: &TensorView<'_, KV>,
+        o: &mut TensorViewMut<'_, O>,
         lse: Option<&mut LseMut<'_>>,
         options: &Options<'_>,
         workspace: *mut c_void,
@@ -659,12 +791,12 @@ impl Handle {
     /// Which kernel a forward with these arguments would run and why each
     /// better-ranked one was passed over. Computes nothing. Returns the text
     /// also when no kernel supports the problem (it says why).
-    pub fn explain<T: Element>(
+    pub fn explain<Q: Element, KV: Element, O: OutputElement>(
         &self,
-        q: &TensorView<'_, T>,
-        k: &TensorView<'_, T>,
-        v: &TensorView<'_, T>,
-        o: &TensorViewMut<'_, T>,
+        q: &TensorView<'_, Q>,
+        k: &TensorView<'_, KV>,
+        v: &TensorView<'_, KV>,
+        o: &TensorViewMut<'_, O>,
         lse: Option<&LseMut<'_>>,
         options: &Options<'_>,
     ) -> Result<String> {
@@ -703,7 +835,7 @@ impl Handle {
     /// `parts[0]`) is possible through the `unsafe` raw-parts constructors
     /// only, as Rust's borrows forbid it otherwise. On error nothing is
     /// written.
-    pub fn merge<T: Element, U: Element>(
+    pub fn merge<T: OutputElement, U: OutputElement>(
         &mut self,
         parts: &[TensorView<'_, T>],
         lses: &[LseView<'_>],

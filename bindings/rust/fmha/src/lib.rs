@@ -8,7 +8,12 @@
 //!   log-sum-exp. CUDA memory enters through `unsafe` raw-pointer constructors.
 //! - [`Options`]: causal mask and its alignment, sliding window, scale,
 //!   softcap, a forced kernel, and the serving layouts (ragged batches,
-//!   KV-cache fill levels, paged K/V) over [`I32View`] metadata.
+//!   KV-cache fill levels, paged K/V) over [`I32View`] metadata, and the
+//!   inference numerics of fmha 0.3: descale factors and ALiBi slopes
+//!   ([`F32View`]) and an additive bias (any broadcastable [`TensorView`]).
+//! - Element types `f32`, [`F16`], [`Bf16`], and FP8 [`F8E4M3`] /
+//!   [`F8E5M2`] for K/V (and q over FP8 K/V); o is any [`OutputElement`],
+//!   whatever the inputs.
 //! - [`Handle::merge`]: the merge of attention results over disjoint key
 //!   sets (cascade / shared-prefix attention, KV shards) by their lse.
 //! - Every call returns [`Result`]; [`Error`] carries the [`Status`] and the
@@ -53,11 +58,11 @@ mod tensor;
 
 use std::ffi::CStr;
 
-pub use element::{Bf16, DType, Element, F16};
+pub use element::{Bf16, DType, Element, OutputElement, F16, F8E4M3, F8E5M2};
 pub use error::{Error, Result, Status};
 pub use fmha_sys as sys;
 pub use handle::{CausalAlignment, Device, Handle, Options, Tasks};
-pub use tensor::{I32View, LseMut, LseView, Memory, TensorView, TensorViewMut};
+pub use tensor::{F32View, I32View, LseMut, LseView, Memory, TensorView, TensorViewMut};
 
 /// `(major, minor, patch)` of the libfmha loaded at run time.
 pub fn version() -> (u32, u32, u32) {

@@ -460,6 +460,76 @@ impl<'a> I32View<'a> {
     }
 }
 
+/// A read-only `f32` array of fmha 0.3's inference numerics: the descale
+/// factors (`[B, Hk]`) and the ALiBi slopes (`[Hq]` or `[B, Hq]`; see
+/// [`crate::Options`]). Like [`I32View`], it lives where the tensors do and
+/// is read by the kernels only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct F32View<'a> {
+    pub(crate) ptr: *const f32,
+    pub(crate) len: usize,
+    pub(crate) memory: Memory,
+    _borrow: PhantomData<&'a [f32]>,
+}
+
+unsafe impl Send for F32View<'_> {}
+unsafe impl Sync for F32View<'_> {}
+
+impl<'a> F32View<'a> {
+    /// Host memory.
+    pub fn new(data: &'a [f32]) -> Self {
+        F32View {
+            ptr: data.as_ptr(),
+            len: data.len(),
+            memory: Memory::Host,
+            _borrow: PhantomData,
+        }
+    }
+
+    /// # Safety
+    /// `ptr` must point at `len` f32 on `memory`, 4-byte aligned, valid for
+    /// reads and written by no one else for `'a`.
+    pub unsafe fn from_raw_parts(ptr: *const f32, len: usize, memory: Memory) -> Self {
+        F32View {
+            ptr,
+            len,
+            memory,
+            _borrow: PhantomData,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A bias view with its element type erased (what [`crate::Options::bias`]
+/// keeps).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BiasView<'a> {
+    pub ptr: *const std::ffi::c_void,
+    pub dtype: crate::element::DType,
+    pub layout: Layout,
+    pub memory: Memory,
+    _borrow: PhantomData<&'a ()>,
+}
+
+impl<'a> BiasView<'a> {
+    pub(crate) fn of<T: Element>(view: &TensorView<'a, T>) -> Self {
+        BiasView {
+            ptr: view.ptr.cast(),
+            dtype: T::DTYPE,
+            layout: view.layout,
+            memory: view.memory,
+            _borrow: PhantomData,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

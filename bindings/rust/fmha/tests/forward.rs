@@ -2,8 +2,8 @@
 //! GQA, both causal alignments, windows, softcap, lse, strided views, and the
 //! errors (with their statuses).
 use fmha::{
-    Bf16, CausalAlignment, Device, Element, Handle, LseMut, Memory, Options, Status, TensorView,
-    TensorViewMut, F16,
+    Bf16, CausalAlignment, Device, Element, Handle, LseMut, Memory, Options, OutputElement, Status,
+    TensorView, TensorViewMut, F16,
 };
 
 /// xorshift64*: deterministic test data without a crates registry.
@@ -132,6 +132,7 @@ fn tolerance<T: Element>() -> f64 {
         fmha::DType::F32 => 2e-5,
         fmha::DType::F16 => 2.0 * 2f64.powi(-10),
         fmha::DType::Bf16 => 2.0 * 2f64.powi(-7),
+        fmha::DType::F8E4M3 | fmha::DType::F8E5M2 => unreachable!("not an output type"),
     }
 }
 
@@ -139,7 +140,7 @@ fn to64<T: Element>(x: &[T]) -> Vec<f64> {
     x.iter().map(|&e| e.to_f32() as f64).collect()
 }
 
-fn run<T: Element>(c: Case, seed: u64) {
+fn run<T: OutputElement>(c: Case, seed: u64) {
     let mut rng = Rng(seed);
     let q: Vec<T> = rng.vec(c.b * c.hq * c.nq * c.d);
     let k: Vec<T> = rng.vec(c.b * c.hk * c.nk * c.d);

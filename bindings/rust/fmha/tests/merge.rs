@@ -3,7 +3,7 @@
 //! serving options fill the params (checked through the errors and, where
 //! the library runs them, the numerics); errors name what is wrong.
 use fmha::{
-    Element, Handle, I32View, LseMut, LseView, Memory, Options, Status, TensorView, TensorViewMut,
+    Element, Handle, I32View, LseMut, LseView, Memory, Options, OutputElement, Status, TensorView, TensorViewMut,
     F16,
 };
 
@@ -76,7 +76,7 @@ fn to64<T: Element>(x: &[T]) -> Vec<f64> {
 
 /// Forwards of q against the key slices `cuts`, merged into f32, against
 /// the float64 forward over all the keys.
-fn check_merge<T: Element>(parts: usize, causal: bool, seed: u64, tol: f64) {
+fn check_merge<T: OutputElement>(parts: usize, causal: bool, seed: u64, tol: f64) {
     let (b, h, nq, nk, d) = (2, 3, 9, 40, 16);
     let mut rng = Rng(seed);
     let q: Vec<T> = rng.vec(b * h * nq * d);

@@ -40,6 +40,26 @@ __device__ __forceinline__ float load_as_float(const void* base, int64_t idx, in
   }
 }
 
+// The fmha_dtype of a CUDA element type.
+template <class T>
+inline constexpr int kDtypeOf = -1;
+template <>
+inline constexpr int kDtypeOf<__half> = FMHA_DTYPE_F16;
+template <>
+inline constexpr int kDtypeOf<__nv_bfloat16> = FMHA_DTYPE_BF16;
+template <>
+inline constexpr int kDtypeOf<float> = FMHA_DTYPE_F32;
+
+// Stores x, rounded to nearest even, as element idx of an array of dtype
+// `dtype`: an output dtype (F16, BF16 or F32; fmha.h has no FP8 o).
+__device__ __forceinline__ void store_from_float(void* base, int64_t idx, int dtype, float x) {
+  switch (dtype) {
+    case FMHA_DTYPE_F16: static_cast<__half*>(base)[idx] = __float2half_rn(x); break;
+    case FMHA_DTYPE_BF16: static_cast<__nv_bfloat16*>(base)[idx] = __float2bfloat16_rn(x); break;
+    default: static_cast<float*>(base)[idx] = x; break;
+  }
+}
+
 // A [batch, heads_kv] descale of batch entry (sequence) b and kv head hk; 1 when absent.
 __device__ __forceinline__ float descale_at(const float* d, const FwdParams& p, int64_t b, int64_t hk) {
   return d == nullptr ? 1.f : d[b * (p.heads_q / p.group) + hk];

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/common/split_combine.h"
 #include "backend/cuda/generic/generic_config.h"
 #include "backend/cuda/kernels.h"
 #include "core/arith.h"
@@ -65,13 +66,29 @@ fmha_status generic_forward(const Problem& p, const LaunchContext& ctx) {
     return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "cuda_generic needs %zu workspace bytes, got %zu",
                 plan.workspace, ctx.workspace_bytes);
 
+  if (p.o_dtype != FMHA_DTYPE_F16 && p.o_dtype != FMHA_DTYPE_BF16 && p.o_dtype != FMHA_DTYPE_F32)
+    return fail(FMHA_ERROR_UNSUPPORTED, "cuda_generic: o dtype %s", dtype_name(p.o_dtype));
   if (plan.grid.blocks() == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   const FwdParams prm = make_fwd_params(p, plan.grid, ctx.workspace);
+  // The instance is q's dtype; an FP8 q (all-FP8 problems) runs on the F16
+  // instance, which decodes every operand (FP8 -> F16 is exact).
+  fmha_status s;
   switch (p.dtype) {
-    case FMHA_DTYPE_F16: return generic::launch_f16(prm, plan, ctx);
-    case FMHA_DTYPE_BF16: return generic::launch_bf16(prm, plan, ctx);
-    case FMHA_DTYPE_F32: return generic::launch_f32(prm, plan, ctx);
+    case FMHA_DTYPE_F16:
+    case FMHA_DTYPE_F8E4M3:
+    case FMHA_DTYPE_F8E5M2: s = generic::launch_f16(prm, plan, ctx); break;
+    case FMHA_DTYPE_BF16: s = generic::launch_bf16(prm, plan, ctx); break;
+    case FMHA_DTYPE_F32: s = generic::launch_f32(prm, plan, ctx); break;
     default: return fail(FMHA_ERROR_UNSUPPORTED, "cuda_generic: dtype %d", static_cast<int>(p.dtype));
+  }
+  if (s != FMHA_SUCCESS || prm.num_splits == 1) return s;
+  // The split combine writes o, so it is instantiated by o's dtype.
+  const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
+  switch (p.o_dtype) {
+    case FMHA_DTYPE_F16: return launch_split_combine<__half>(fwd_combine_params(prm), stream);
+    case FMHA_DTYPE_BF16: return launch_split_combine<__nv_bfloat16>(fwd_combine_params(prm), stream);
+    case FMHA_DTYPE_F32: return launch_split_combine<float>(fwd_combine_params(prm), stream);
+    default: return fail(FMHA_ERROR_INTERNAL, "cuda_generic: o dtype %s", dtype_name(p.o_dtype));
   }
 }
 

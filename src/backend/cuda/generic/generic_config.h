@@ -93,8 +93,10 @@ struct GenericPlan {
 // fits the device.
 GenericPlan make_plan(const Problem& p, const DeviceInfo& dev);
 
-// Enqueue plan on ctx.stream for one element type (one translation unit
-// each: generic_f16.cu, generic_bf16.cu, generic_f32.cu).
+// Enqueue plan's attention kernel (not the split combine) on ctx.stream for
+// one instance type (one translation unit each: generic_f16.cu,
+// generic_bf16.cu, generic_f32.cu); each reads q, k/v and o in the dtypes
+// prm names (FP8 decoded), so launch_f16 also serves all-FP8 problems.
 fmha_status launch_f16(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx);
 fmha_status launch_bf16(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx);
 fmha_status launch_f32(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx);

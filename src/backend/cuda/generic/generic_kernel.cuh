@@ -25,6 +25,17 @@
 // core/seq_layout.h; a uniform branch, nothing read for a dense batch),
 // skips query blocks past the sequence's Nq, and stages paged K/V rows
 // through the clamped block table (paged_kv_row).
+//
+// Inference numerics (fmha.h 0.3), all at run time in the same instances:
+// an operand whose dtype is not the instance's T (FP8 K/V under an F16 or
+// BF16 q, an all-FP8 problem's q and K/V) is decoded by common/numerics.cuh's
+// load_as_float while it is staged; the staging loop of K/V is compiled
+// twice, typed and decoding, and a uniform branch picks one per work item.
+// o is stored in its own dtype. The descales of the unit's (sequence, kv
+// head) fold into Q's staging factor (q_descale * k_descale) and into the
+// epilogue (v_descale multiplies o, and each split's o before the combine,
+// never lse); the bias and ALiBi term (bias_alibi) is added to the scaled,
+// soft-capped logit of every visible key before the mask, as cpu_tiled does.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -35,6 +46,7 @@
 
 #include "backend/cuda/common/device_math.cuh"
 #include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/common/numerics.cuh"
 #include "backend/cuda/common/smem_opt_in.h"
 #include "backend/cuda/common/split_combine.h"
 #include "backend/cuda/common/tile_scheduler.h"
@@ -57,6 +69,79 @@ __device__ __forceinline__ KeyRange row_keys(const FwdParams& p, const FwdSeq& s
   return r;
 }
 
+// Element loads of one operand. The typed load reads T through the
+// read-only path (the inputs do not change during the kernel); the decoding
+// one any fmha dtype (load_as_float's switch on a grid-uniform dtype).
+template <typename T>
+struct TypedLoad {
+  const T* base;
+  __device__ __forceinline__ float operator()(int64_t idx) const { return to_float(__ldg(base + idx)); }
+};
+struct DecodingLoad {
+  const void* base;
+  int dtype;
+  __device__ __forceinline__ float operator()(int64_t idx) const { return load_as_float(base, idx, dtype); }
+};
+
+// Where one K/V tile of a work item comes from: keys [k0, k0 + kBlockN) of
+// the item's range [ks, ke), element offsets of key 0 of its kv head in k and
+// v, and its sequence b (for the block table when paged).
+struct KvTile {
+  int64_t k0, ks, ke;
+  int64_t kbase, vbase;
+  int64_t b;
+  bool paged;
+};
+
+// Stages tile `t` of K and V as float through `load_k` and `load_v` (typed
+// or decoding): K transposed into float4 slots of k_s, V row-major into v_s
+// (generic_config.h's layout). Keys outside [ks, ke) and dims past head_dim
+// are zero so no garbage (or NaN) meets a zero probability. Returns whether
+// this thread staged a NaN or inf of V.
+template <int kD, int kBlockN, int kThreads, class LoadK, class LoadV>
+__device__ __forceinline__ bool stage_kv(const FwdParams& p, const KvTile& t, float4* k_s, float* v_s, LoadK load_k,
+                                         LoadV load_v) {
+  constexpr int kKStride = kBlockN + 1;  // float4s per K row (1 pad)
+  constexpr int kStageElems = kBlockN * kD;
+  constexpr int kStageBatch = 8;  // loads in flight per thread
+  static_assert(kStageElems % (kThreads * kStageBatch) == 0, "staging loop must tile evenly");
+  const int tid = threadIdx.x;
+  const int D = p.head_dim;
+  bool v_bad = false;
+  for (int e0 = 0; e0 < kStageElems; e0 += kThreads * kStageBatch) {
+    float kx[kStageBatch], vx[kStageBatch];
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const int e = e0 + u * kThreads + tid;
+      const int j = e / kD;
+      const int d = e % kD;
+      const int64_t key = t.k0 + j;
+      kx[u] = 0.f;
+      vx[u] = 0.f;
+      if (key >= t.ks && key < t.ke && d < D) {
+        int64_t krow = key * p.k_stride[2], vrow = key * p.v_stride[2];
+        if (t.paged) {
+          const KvRow row = paged_kv_row(p, t.b, static_cast<int>(key));
+          krow = row.k;
+          vrow = row.v;
+        }
+        kx[u] = load_k(t.kbase + krow + d * p.k_stride[3]);
+        vx[u] = load_v(t.vbase + vrow + d * p.v_stride[3]);
+      }
+      v_bad |= !isfinite(vx[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const int e = e0 + u * kThreads + tid;
+      const int j = e / kD;
+      const int d = e % kD;
+      reinterpret_cast<float*>(k_s + (d / 4) * kKStride + j)[d % 4] = kx[u];
+      v_s[e] = vx[u];
+    }
+  }
+  return v_bad;
+}
+
 template <typename T, int kD, int kRows, int kKeys, int kWarps>
 __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
     generic_attention_kernel(const FwdParams p) {
@@ -66,10 +151,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
   constexpr int kD4 = kD / 4;                    // float4 slots of a head
   constexpr int kC = kD / kThreadsPerWarp;       // output dims per lane
   constexpr int kKStride = kBlockN + 1;          // float4s per K row (1 pad)
-  constexpr int kStageElems = kBlockN * kD;
-  constexpr int kStageBatch = 8;                 // loads in flight per thread
   static_assert(kD % kThreadsPerWarp == 0 && (kD & (kD - 1)) == 0, "head-dim bucket: power of 2, >= 32");
-  static_assert(kStageElems % (kThreads * kStageBatch) == 0, "staging loop must tile evenly");
   static_assert(kBlockN % 4 == 0, "P.V reads probabilities as float4");
 
   // Layout: see smem_bytes() in generic_config.h. Q rows and V rows are
@@ -90,13 +172,13 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
   const int nc = (D + kThreadsPerWarp - 1) / kThreadsPerWarp;  // P.V dim groups
   const int64_t work = static_cast<int64_t>(p.num_m_tiles) * p.units * p.num_splits;
   // With softcap the raw score goes into the tanh (softcap_in holds the
-  // scale); else Q is staged pre-scaled.
+  // scale); else Q is staged pre-scaled. The descales multiply either way.
   const float q_scale = p.softcap_out != 0.f ? 1.f : p.scale;
-
-  const T* __restrict__ qg = static_cast<const T*>(p.q);
-  const T* __restrict__ kg = static_cast<const T*>(p.k);
-  const T* __restrict__ vg = static_cast<const T*>(p.v);
-  T* __restrict__ og = static_cast<T*>(p.o);
+  // Operands of the instance's type take typed loads; others (FP8, or q of
+  // an all-FP8 problem run by the F16 instance) are decoded. Grid-uniform.
+  const bool q_typed = p.dtype == kDtypeOf<T>;
+  const bool kv_typed = p.kv_dtype == kDtypeOf<T>;
+  const bool extra = has_bias_or_alibi(p);
 
   for (int64_t w = blockIdx.x; w < work; w += gridDim.x) {
     // Work order (the shared scheduler): splits fastest, then (batch, head)
@@ -124,17 +206,22 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
     const int64_t ks = kt.lo;
     const int64_t ke = kt.hi;
 
-    // Stage Q, pre-scaled, zero past seq_q and past head_dim. The barrier
-    // first: the previous work item may still read q_s.
+    // Stage Q, pre-scaled (times q_descale * k_descale of the unit's kv
+    // head), zero past seq_q and past head_dim. The barrier first: the
+    // previous work item may still read q_s.
     __syncthreads();
     {
-      const T* qbase = qg + seq.q_offset + h * p.q_stride[1];
+      const float q_factor = q_scale * qk_descale(p, b, hk);
+      const int64_t qbase = seq.q_offset + h * p.q_stride[1];
       for (int e = tid; e < kBlockM * kD; e += kThreads) {
         const int r = e / kD;
         const int d = e % kD;
         const int64_t i = i0 + r;
         float x = 0.f;
-        if (i < seq.len_q && d < D) x = to_float(qbase[i * p.q_stride[2] + d * p.q_stride[3]]) * q_scale;
+        if (i < seq.len_q && d < D) {
+          const int64_t at = qbase + i * p.q_stride[2] + d * p.q_stride[3];
+          x = (q_typed ? to_float(static_cast<const T*>(p.q)[at]) : load_as_float(p.q, at, p.dtype)) * q_factor;
+        }
         q_s[e] = x;
       }
     }
@@ -151,47 +238,19 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
 
     const int64_t wi0 = i0 + static_cast<int64_t>(warp) * kRows;  // warp's first row
     const int64_t wi1 = wi0 + kRows < i_end ? wi0 + kRows : i_end;  // one past its last
-    const T* kbase = kg + seq.k_offset + hk * p.k_stride[1];
-    const T* vbase = vg + seq.v_offset + hk * p.v_stride[1];
+    const int64_t kbase = seq.k_offset + hk * p.k_stride[1];
+    const int64_t vbase = seq.v_offset + hk * p.v_stride[1];
 
     for (int64_t t = kt.t_begin; t < kt.t_end; ++t) {
       const int64_t k0 = t * kBlockN;
-      // Stage the K/V tile (and publish Q on the first pass). Keys past the
-      // CTA's range and dims past head_dim are zero so no garbage (or NaN)
-      // meets a zero probability. v_bad: this thread staged a NaN or inf of V.
+      // Stage the K/V tile (and publish Q on the first pass).
       __syncthreads();
-      bool v_bad = false;
-      for (int e0 = 0; e0 < kStageElems; e0 += kThreads * kStageBatch) {
-        float kx[kStageBatch], vx[kStageBatch];
-#pragma unroll
-        for (int u = 0; u < kStageBatch; ++u) {
-          const int e = e0 + u * kThreads + tid;
-          const int j = e / kD;
-          const int d = e % kD;
-          const int64_t key = k0 + j;
-          kx[u] = 0.f;
-          vx[u] = 0.f;
-          if (key >= ks && key < ke && d < D) {
-            int64_t krow = key * p.k_stride[2], vrow = key * p.v_stride[2];
-            if (paged) {
-              const KvRow row = paged_kv_row(p, b, static_cast<int>(key));
-              krow = row.k;
-              vrow = row.v;
-            }
-            kx[u] = to_float(kbase[krow + d * p.k_stride[3]]);
-            vx[u] = to_float(vbase[vrow + d * p.v_stride[3]]);
-          }
-          v_bad |= !isfinite(vx[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < kStageBatch; ++u) {
-          const int e = e0 + u * kThreads + tid;
-          const int j = e / kD;
-          const int d = e % kD;
-          reinterpret_cast<float*>(k_s + (d / 4) * kKStride + j)[d % 4] = kx[u];
-          v_s[e] = vx[u];
-        }
-      }
+      const KvTile tile_at{k0, ks, ke, kbase, vbase, b, paged};
+      const bool v_bad =
+          kv_typed ? stage_kv<kD, kBlockN, kThreads>(p, tile_at, k_s, v_s, TypedLoad<T>{static_cast<const T*>(p.k)},
+                                                     TypedLoad<T>{static_cast<const T*>(p.v)})
+                   : stage_kv<kD, kBlockN, kThreads>(p, tile_at, k_s, v_s, DecodingLoad{p.k, p.kv_dtype},
+                                                     DecodingLoad{p.v, p.kv_dtype});
       // A NaN or inf in V would reach, as 0 * NaN = NaN, the rows that give
       // its key weight 0 (masked keys included): a tile holding one (a
       // CTA-wide vote, on the barrier that publishes the tile) skips every
@@ -231,9 +290,10 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
         }
       }
 
-      // Online softmax, per row: softcap, then the mask (before the tile
-      // max), then m_new = max(m_old, tile max), alpha = exp(m_old - m_new),
-      // p = exp(s - m_new), l = alpha l + sum p, o = alpha o (+ P V below).
+      // Online softmax, per row: softcap, the bias and ALiBi term of the
+      // visible keys (only they are read: a key past Nk(b) may lie past the
+      // bias), then the mask (before the tile max), then m_new = max(m_old,
+      // tile max), alpha = exp(m_old - m_new), p = exp(s - m_new), l = alpha l + sum p, o = alpha o (+ P V below).
       // A row that has seen no key keeps m = -inf; it uses 0 in place of
       // m_new so that no -inf - -inf (NaN) arises, and its p and alpha are 0.
       float* pw = p_s + warp * kRows * kBlockN;
@@ -246,7 +306,9 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
           const int64_t key = k0 + lane + kThreadsPerWarp * t;
           float x = s[r][t];
           if (p.softcap_out != 0.f) x = p.softcap_out * tanhf(x * p.softcap_in);
-          x = (key >= rk.lo && key < rk.hi) ? x : -INFINITY;
+          const bool visible = key >= rk.lo && key < rk.hi;
+          if (extra && visible) x += bias_alibi(p, b, h, wi0 + r, key, seq.diag_offset);
+          x = visible ? x : -INFINITY;
           s[r][t] = x;
           tile_max = fmaxf(tile_max, x);
         }
@@ -299,9 +361,11 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
       __syncwarp();  // pw is rewritten by the next tile
     }
 
-    // Epilogue: O = o / l, lse = m + log l; a row that saw no key
-    // (l = 0) gets O = 0 and lse = -inf, a row with a NaN logit (l NaN)
-    // O and lse NaN. Split CTAs store the raw state.
+    // Epilogue: O = o / l * v_descale, lse = m + log l; a row that saw no
+    // key (l = 0; a bias of -inf on every key included) gets O = 0 and lse
+    // = -inf, a row with a NaN logit (l NaN) O and lse NaN. Split CTAs
+    // store the raw state, o times v_descale (the combine is linear in o).
+    const float v_factor = descale_at(p.v_descale, p, b, hk);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float l_row = warp_sum(l[r]);
@@ -309,11 +373,12 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
       if (i >= seq.len_q) continue;
       if (p.num_splits == 1) {
         const float inv = l_row == 0.f ? 0.f : 1.f / l_row;  // NaN l stays NaN (fmha.h)
-        T* orow = og + seq.o_offset + h * p.o_stride[1] + i * p.o_stride[2];
+        const float factor = inv * v_factor;
+        const int64_t orow = seq.o_offset + h * p.o_stride[1] + i * p.o_stride[2];
 #pragma unroll
         for (int c = 0; c < kC; ++c) {
           const int d = lane + kThreadsPerWarp * c;
-          if (d < D) orow[d * p.o_stride[3]] = from_float<T>(o[r][c] * inv);
+          if (d < D) store_from_float(p.o, orow + d * p.o_stride[3], p.o_dtype, o[r][c] * factor);
         }
         if (p.lse != nullptr && lane == 0)
           p.lse[seq.lse_row0 + h * seq.lse_head + i] = l_row == 0.f ? -INFINITY : m[r] + logf(l_row);
@@ -323,7 +388,7 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
 #pragma unroll
         for (int c = 0; c < kC; ++c) {
           const int d = lane + kThreadsPerWarp * c;
-          if (d < D) wo[d] = o[r][c];
+          if (d < D) wo[d] = o[r][c] * v_factor;
         }
         if (lane == 0) {
           p.m_partial[slot] = m[r];
@@ -334,7 +399,8 @@ __global__ void __launch_bounds__(kWarps * kThreadsPerWarp)
   }
 }
 
-// Launches config kCfg of kConfigs for element type T.
+// Launches config kCfg of kConfigs for element type T (the split combine,
+// if any, is the caller's: generic_forward, by o's dtype).
 template <typename T, int kCfg>
 fmha_status launch_config(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx) {
   constexpr GenericConfig c = kConfigs[kCfg];
@@ -348,12 +414,11 @@ fmha_status launch_config(const FwdParams& prm, const GenericPlan& plan, const L
   const int64_t work = plan.grid.blocks();
   const int64_t grid = work < kMaxGrid ? work : kMaxGrid;
   kernel<<<static_cast<unsigned>(grid), c.warps * kThreadsPerWarp, smem, stream>>>(prm);
-  if ((s = check_launch("cuda_generic attention")) != FMHA_SUCCESS || prm.num_splits == 1) return s;
-  return launch_split_combine<T>(fwd_combine_params(prm), stream);
+  return check_launch("cuda_generic attention");
 }
 
-// Launches plan.config for element type T (instantiated once per dtype in
-// generic_<dtype>.cu).
+// Launches plan.config for instance type T (instantiated once per dtype in
+// generic_<dtype>.cu; the problem's q, k/v and o dtypes are read at run time).
 template <typename T>
 fmha_status launch_typed(const FwdParams& prm, const GenericPlan& plan, const LaunchContext& ctx) {
   static_assert(kConfigCount == 5, "add a case for each config");

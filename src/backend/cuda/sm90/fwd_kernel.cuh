@@ -83,22 +83,79 @@ struct SmemLayout {
   }
 };
 
-// One work tile as both roles see it.
-template <class Cfg>
+// One work tile as both roles see it, with its sequence: the Problem's
+// extents for a dense batch, else the tile's own (core/seq_layout.h: ragged,
+// seqused_k and paged layouts; the producer pages K/V, load_kv below). The copy
+// engine addresses a sequence by its first row on the packed seq axis of a
+// batch-1 map (ragged) or by its batch coordinate (dense rows). kServing =
+// false compiles the dense batch alone (the Problem's extents, read from the
+// parameters, so they hold no registers across the key loop).
+// A sequence's extents on the maps (serving layouts only).
+struct TileSeq {
+  int len_q, len_k;
+  int64_t diag;
+  int q_row, q_batch, k_row, k_batch;
+};
+struct NoTileSeq {};
+
+template <class Cfg, bool kServing>
 struct TileWork {
   WorkTile w;
-  int m0;         // first unit row
+  int m0;         // first unit row (sm90 never packs heads: rows are queries)
   KeyTiles kt;    // key tiles and the unmasked interior
+  std::conditional_t<kServing, TileSeq, NoTileSeq> seq;
   __device__ TileWork(const FwdParams& p, int64_t index) {
     w = schedule_tile(p, index);
     m0 = w.m_block * Cfg::kBlockM;
-    const int m_last = min(m0 + Cfg::kBlockM, p.rows) - 1;
-    kt = key_tiles(m0, m_last, p.seq_k, p.diag_offset, p.window_left, p.window_right, Cfg::kBlockN, w.split,
+    if constexpr (kServing) {
+      const SeqExtent e = seq_extent(p.layout, w.b);
+      seq.len_q = static_cast<int>(e.len_q);
+      seq.len_k = static_cast<int>(e.len_k);
+      seq.diag = e.diag_offset;
+      seq.q_row = p.layout.ragged_q() ? static_cast<int>(e.q_begin) : 0;
+      seq.q_batch = p.layout.ragged_q() ? 0 : static_cast<int>(w.b);
+      seq.k_row = p.layout.ragged_k() ? static_cast<int>(e.k_begin) : 0;
+      seq.k_batch = p.layout.ragged_k() ? 0 : static_cast<int>(w.b);
+    }
+    const int m_last = min(m0 + Cfg::kBlockM, len_q(p)) - 1;
+    kt = key_tiles(m0, m_last, len_k(p), diag(p), p.window_left, p.window_right, Cfg::kBlockN, w.split,
                    p.num_splits);
+  }
+  // The sequence's query and key counts and d(i) = i + diag.
+  __device__ int len_q(const FwdParams& p) const {
+    if constexpr (kServing) return seq.len_q; else return p.rows;
+  }
+  __device__ int len_k(const FwdParams& p) const {
+    if constexpr (kServing) return seq.len_k; else return p.seq_k;
+  }
+  __device__ int64_t diag(const FwdParams& p) const {
+    if constexpr (kServing) return seq.diag; else return p.diag_offset;
+  }
+  // Its first row and batch coordinate on the q/o and the k/v maps.
+  __device__ int q_row() const {
+    if constexpr (kServing) return seq.q_row; else return 0;
+  }
+  __device__ int q_batch() const {
+    if constexpr (kServing) return seq.q_batch; else return static_cast<int>(w.b);
+  }
+  __device__ int k_row() const {
+    if constexpr (kServing) return seq.k_row; else return 0;
+  }
+  __device__ int k_batch() const {
+    if constexpr (kServing) return seq.k_batch; else return static_cast<int>(w.b);
   }
   __device__ int t_begin() const { return static_cast<int>(kt.t_begin); }
   __device__ int t_end() const { return static_cast<int>(kt.t_end); }
 };
+
+// No query row of its sequence in work tile `index` (a ragged batch's
+// shorter sequences): the producer skips such tiles, so the consumers never
+// see one.
+template <class Cfg>
+__device__ __forceinline__ bool tile_is_empty(const FwdParams& p, int64_t index) {
+  const WorkTile w = schedule_tile(p, index);
+  return w.m_block * Cfg::kBlockM >= seq_extent(p.layout, w.b).len_q;
+}
 
 __device__ __forceinline__ int64_t total_tiles(const FwdParams& p) {
   return static_cast<int64_t>(p.num_m_tiles) * p.units * p.num_splits;
@@ -110,11 +167,14 @@ __device__ __forceinline__ int64_t total_tiles(const FwdParams& p) {
 // tiles. A CTA's first tile is blockIdx.x; with a persistent grid the next
 // ones come from the launch's counter (dynamic: a CTA that finishes early
 // takes more, as the hardware's block scheduler would), else there is none.
-template <class Cfg>
+template <class Cfg, bool kServing>
 __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayout<Cfg>& sm, int* tile_counter) {
   PipeState<Cfg::kStages> st;
   uint32_t q_phase = 0;
+  auto next = [&] { return Cfg::kPersistent ? gridDim.x + atomicAdd(tile_counter, 1) : total_tiles(p); };
   for (int64_t index = blockIdx.x;;) {
+    if constexpr (kServing)
+      while (index < total_tiles(p) && tile_is_empty<Cfg>(p, index)) index = next();
     mbar_wait(sm.q_empty(), q_phase ^ 1u);  // a fresh barrier passes parity 1
     if (index >= total_tiles(p)) {
       *sm.tile_slot() = -1;
@@ -122,31 +182,55 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
       return;
     }
     *sm.tile_slot() = index;
-    const TileWork<Cfg> tw(p, index);
-    const int h = static_cast<int>(tw.w.hs), hk = static_cast<int>(tw.w.hk), b = static_cast<int>(tw.w.b);
+    const TileWork<Cfg, kServing> tw(p, index);
+    const int h = static_cast<int>(tw.w.hs), hk = static_cast<int>(tw.w.hk);
     mbar_arrive_expect_tx(sm.q_full(), Cfg::kQBytes);
 #pragma unroll
     for (int pn = 0; pn < Cfg::kPanels; ++pn)
-      tma_load_panel(sm.q() + pn * Cfg::kBlockM * 128, &maps.q, 64 * pn, tw.m0, h, b, sm.q_full());
+      tma_load_panel(sm.q() + pn * Cfg::kBlockM * 128, &maps.q, 64 * pn, tw.q_row() + tw.m0, h, tw.q_batch(),
+                     sm.q_full());
     q_phase ^= 1u;
     // K of tile t + 1 goes out before V of tile t: the consumers need them in
     // that order (S of t + 1 and P V of t are issued together), and V's
     // stage frees later than K's, so K never waits behind V.
+    // Key tile t of K or V into `dst`: one box per panel at the sequence's
+    // rows, or with a block table one box per page the tile spans (a page of
+    // at least kBlockN keys holds the whole tile; smaller pages, a multiple
+    // of 8 keys, land at their 1024-byte-aligned rows of the panel). Keys
+    // past the sequence end read its last page; the consumers mask them.
+    auto load_kv = [&](unsigned char* dst, const CUtensorMap* map, int t, uint64_t* bar) {
+      if constexpr (kServing) {
+        if (p.layout.paged()) {
+          const int ps = static_cast<int>(p.layout.page_size);
+          const int rows = min(ps, Cfg::kBlockN);
+          const int last = tw.len_k(p) - 1;  // >= 0: a visited tile has a key
+          for (int r0 = 0; r0 < Cfg::kBlockN; r0 += rows) {
+            const int j = min(t * Cfg::kBlockN + r0, last);
+            const uint32_t entry = p.page_div.div(static_cast<uint32_t>(j));
+            const PageSlot at = page_slot(p.layout, tw.w.b, j, entry);
+            const int slot = ps >= Cfg::kBlockN ? static_cast<int>(at.slot) : 0;
+#pragma unroll
+            for (int pn = 0; pn < Cfg::kPanels; ++pn)
+              tma_load_panel(dst + pn * Cfg::kBlockN * 128 + r0 * 128, map, 64 * pn, slot, hk,
+                             static_cast<int>(at.page), bar);
+          }
+          return;
+        }
+      }
+#pragma unroll
+      for (int pn = 0; pn < Cfg::kPanels; ++pn)
+        tma_load_panel(dst + pn * Cfg::kBlockN * 128, map, 64 * pn, tw.k_row() + t * Cfg::kBlockN, hk, tw.k_batch(),
+                       bar);
+    };
     auto load_k = [&](int t, const PipeState<Cfg::kStages>& at) {
       mbar_wait(sm.k_empty(at.stage), at.phase ^ 1u);
       mbar_arrive_expect_tx(sm.k_full(at.stage), Cfg::kKVBytes);
-#pragma unroll
-      for (int pn = 0; pn < Cfg::kPanels; ++pn)
-        tma_load_panel(sm.k(at.stage) + pn * Cfg::kBlockN * 128, &maps.k, 64 * pn, t * Cfg::kBlockN, hk, b,
-                       sm.k_full(at.stage));
+      load_kv(sm.k(at.stage), &maps.k, t, sm.k_full(at.stage));
     };
     auto load_v = [&](int t, const PipeState<Cfg::kStages>& at) {
       mbar_wait(sm.v_empty(at.stage), at.phase ^ 1u);
       mbar_arrive_expect_tx(sm.v_full(at.stage), Cfg::kKVBytes);
-#pragma unroll
-      for (int pn = 0; pn < Cfg::kPanels; ++pn)
-        tma_load_panel(sm.v(at.stage) + pn * Cfg::kBlockN * 128, &maps.v, 64 * pn, t * Cfg::kBlockN, hk, b,
-                       sm.v_full(at.stage));
+      load_kv(sm.v(at.stage), &maps.v, t, sm.v_full(at.stage));
     };
     if (tw.t_begin() < tw.t_end()) {
       load_k(tw.t_begin(), st);
@@ -160,11 +244,11 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
         st.advance();
       }
     }
-    index = Cfg::kPersistent ? gridDim.x + atomicAdd(tile_counter, 1) : total_tiles(p);
+    index = next();
   }
 }
 
-template <class T, class Cfg, bool kSoftcap>
+template <class T, class Cfg, bool kSoftcap, bool kServing>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps, int* tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -198,7 +282,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch(&maps.q);
       tma_prefetch(&maps.k);
       tma_prefetch(&maps.v);
-      produce<Cfg>(p, maps, sm, tile_counter);
+      produce<Cfg, kServing>(p, maps, sm, tile_counter);
     }
     return;
   }
@@ -361,7 +445,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   };
   // Whether P V of key tile t (in stage `ps`) must take pv_guarded.
-  auto needs_guard = [&](const TileWork<Cfg>& tw, int t, const PipeState<Cfg::kStages>& ps) {
+  auto needs_guard = [&](const TileWork<Cfg, kServing>& tw, int t, const PipeState<Cfg::kStages>& ps) {
     if constexpr (!Cfg::kGuardNonFiniteV) return false;
     const int n0 = t * Cfg::kBlockN;
     return !tw.kt.unmasked(n0, n0 + Cfg::kBlockN) && v_nonfinite(ps.stage, ps.phase);
@@ -385,7 +469,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     q_phase ^= 1u;
     const int64_t index = *sm.tile_slot();
     if (index < 0) break;
-    const TileWork<Cfg> tw(p, index);
+    const TileWork<Cfg, kServing> tw(p, index);
     const int t_begin = tw.t_begin(), t_end = tw.t_end();
     const int row0 = tw.m0 + cw * 64 + warp * 16;  // the warp's first unit row
 #pragma unroll
@@ -399,7 +483,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fence_operands(s_flat);
       if constexpr (kSoftcap) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
-      if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
+      if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) {
+        if constexpr (kServing) ScoreMask<1, kNTiles>::apply(s, p, tw.len_k(p), tw.diag(p), row0, n0, lane);
+        else ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
+      }
       return softmax.step(s, p.score_log2, alpha);
     };
     // With a separate O buffer, Q is free after the tile's last Q K^T;
@@ -486,12 +573,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     float lse[1][2];
     finalize_rows<1, kDTiles>(o, softmax.m, softmax.l, lse_scale, lse);
-    store_lse<1>(p, tw.w, lse, lane_row, lane);
+    if constexpr (kServing)
+      store_lse<1>(p, tw.w, fwd_seq(p, tw.w.b), lse, lane_row, lane);
+    else
+      store_lse<1>(p, tw.w, lse, lane_row, lane);
 
     // O -> this warpgroup's rows of the O tile in the copy engine's panel
     // layout (chunk c of row r at c ^ (r % 8)), once the previous tile's
     // store has read them; then one thread stores them (the copy engine
-    // clips rows past the sequence end).
+    // clips rows past the tensor's end). A ragged sequence's last tile would
+    // run into the next sequence's rows, so its rows are stored by the
+    // warpgroup's threads, each row checked.
     if (leader) ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
     named_sync(1 + cw, 128);
     const int r_local = warp * 16 + lane / 4;
@@ -504,14 +596,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         *reinterpret_cast<uint32_t*>(row + (((dt % 8) ^ (r % 8)) << 4) + (lane % 4) * 4) =
             pack2<T>(o[0][dt][2 * hh], o[0][dt][2 * hh + 1]);
       }
+    if constexpr (kServing) {
+      const int first = tw.m0 + cw * 64;  // the warpgroup's first query of the sequence
+      if (p.layout.ragged_q() && first + 64 > tw.len_q(p)) {
+      named_sync(1 + cw, 128);
+      const FwdSeq seq = fwd_seq(p, tw.w.b);
+      T* o_rows = static_cast<T*>(p.o) + seq.o_offset + tw.w.hs * p.o_stride[1];
+      constexpr int kChunks = D / 8;  // 16-byte chunks per row
+#pragma unroll 1
+      for (int idx = tid; idx < 64 * kChunks; idx += 128) {
+        const int r = idx / kChunks, c = idx % kChunks;
+        if (first + r >= tw.len_q(p)) continue;
+        const unsigned char* row = SmemLayout<Cfg>::rows(sm.o(), cw, c / 8) + r * 128;
+        *reinterpret_cast<uint4*>(o_rows + (first + r) * p.o_stride[2] + c * 8) =
+            *reinterpret_cast<const uint4*>(row + (((c % 8) ^ (r % 8)) << 4));
+      }
+      named_sync(1 + cw, 128);  // the rows are read before the next tile's writes or Q's release
+      if (!Cfg::kSeparateO) release_q();
+      continue;
+      }
+    }
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);  // generic writes -> copy engine reads
     named_sync(1 + cw, 128);
     if (leader) {
-      if (tw.m0 + cw * 64 < p.rows) {
+      if (tw.m0 + cw * 64 < tw.len_q(p)) {
 #pragma unroll
-        for (int pn = 0; pn < Cfg::kPanels; ++pn)
-          tma_store_panel(&maps.o, SmemLayout<Cfg>::rows(sm.o(), cw, pn), 64 * pn, tw.m0 + cw * 64,
-                          static_cast<int>(tw.w.hs), static_cast<int>(tw.w.b));
+        for (int pn = 0; pn < Cfg::kPanels; ++pn) {
+          // (The dense form spelled apart: the accessors' form, equal in
+          // value, costs the dense kernel 120 bytes of spills in ptxas.)
+          if constexpr (kServing)
+            tma_store_panel(&maps.o, SmemLayout<Cfg>::rows(sm.o(), cw, pn), 64 * pn, tw.q_row() + tw.m0 + cw * 64,
+                            static_cast<int>(tw.w.hs), tw.q_batch());
+          else
+            tma_store_panel(&maps.o, SmemLayout<Cfg>::rows(sm.o(), cw, pn), 64 * pn, tw.m0 + cw * 64,
+                            static_cast<int>(tw.w.hs), static_cast<int>(tw.w.b));
+        }
         ::cuda::ptx::cp_async_bulk_commit_group();
       }
       if (!Cfg::kSeparateO) {

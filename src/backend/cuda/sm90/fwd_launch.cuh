@@ -12,16 +12,15 @@
 
 namespace fmha::cuda::sm90 {
 
-// The panel map of operand `op` of extents {d, seq, heads, batch}. Extents
-// of 1 get a benign stride (the copy engine never steps them).
-inline fmha_status operand_map(const Problem& p, const Operand& op, int64_t seq, int64_t heads, int box_rows,
+// The panel map of operand `op` of dims [batch, heads, seq, head_dim] (the
+// caller's: Problem::q_dims / kv_dims, so a ragged batch's packed axis is
+// one batch-1 map). Extents of 1 get a benign stride (the copy engine never
+// steps them).
+inline fmha_status operand_map(const Problem& p, const Operand& op, const int64_t (&dims)[4], int box_rows,
                                CUtensorMap* out) {
   Tensor4d t;
   t.data = op.data;
-  t.dims[0] = p.head_dim;
-  t.dims[1] = seq;
-  t.dims[2] = heads;
-  t.dims[3] = p.batch;
+  for (int i = 0; i < 4; ++i) t.dims[i] = dims[3 - i];
   int64_t reach = p.head_dim;
   for (int i = 0; i < 3; ++i) {
     const int64_t s = op.stride[2 - i];
@@ -32,16 +31,22 @@ inline fmha_status operand_map(const Problem& p, const Operand& op, int64_t seq,
   return make_panel_map(t, box_rows, out);
 }
 
-template <class T, class Cfg, bool kSoftcap>
+template <class T, class Cfg, bool kSoftcap, bool kServing>
 fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   const Problem& p = *a.problem;
   FwdMaps maps;
-  fmha_status s = operand_map(p, p.q, p.seq_q, p.heads_q, Cfg::kBlockM, &maps.q);
-  if (s == FMHA_SUCCESS) s = operand_map(p, p.k, p.seq_k, p.heads_kv, Cfg::kBlockN, &maps.k);
-  if (s == FMHA_SUCCESS) s = operand_map(p, p.v, p.seq_k, p.heads_kv, Cfg::kBlockN, &maps.v);
-  if (s == FMHA_SUCCESS) s = operand_map(p, p.o, p.seq_q, p.heads_q, 64, &maps.o);
+  int64_t q_dims[4], kv_dims[4];
+  p.q_dims(q_dims);
+  p.kv_dims(kv_dims);
+  fmha_status s = operand_map(p, p.q, q_dims, Cfg::kBlockM, &maps.q);
+  // A paged K/V is loaded a page at a time when pages are shorter than a key tile.
+  const int kv_box = p.layout.paged() && p.layout.page_size < Cfg::kBlockN ? static_cast<int>(p.layout.page_size)
+                                                                           : Cfg::kBlockN;
+  if (s == FMHA_SUCCESS) s = operand_map(p, p.k, kv_dims, kv_box, &maps.k);
+  if (s == FMHA_SUCCESS) s = operand_map(p, p.v, kv_dims, kv_box, &maps.v);
+  if (s == FMHA_SUCCESS) s = operand_map(p, p.o, q_dims, 64, &maps.o);
   if (s != FMHA_SUCCESS) return s;
-  const auto kernel = fwd_kernel<T, Cfg, kSoftcap>;
+  const auto kernel = fwd_kernel<T, Cfg, kSoftcap, kServing>;
   static SmemOptIn opt_in;  // one per instantiation, i.e. per kernel
   s = opt_in.ensure(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, a.device, "cuda_sm90_ws forward");
   if (s != FMHA_SUCCESS) return s;
@@ -58,8 +63,12 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
 template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   using Cfg = typename Sm90Tuning<kHeadDim>::Config;
-  const fmha_status s =
-      a.softcap ? launch_fwd_kernel<T, Cfg, true>(f, a) : launch_fwd_kernel<T, Cfg, false>(f, a);
+  // One kernel per (softcap, serving layout): the dense one reads no metadata.
+  const bool serving = f.layout.any();
+  const fmha_status s = a.softcap ? (serving ? launch_fwd_kernel<T, Cfg, true, true>(f, a)
+                                             : launch_fwd_kernel<T, Cfg, true, false>(f, a))
+                                  : (serving ? launch_fwd_kernel<T, Cfg, false, true>(f, a)
+                                             : launch_fwd_kernel<T, Cfg, false, false>(f, a));
   if (s != FMHA_SUCCESS || f.num_splits == 1) return s;
   return launch_split_combine<T>(fwd_combine_params(f), a.stream);
 }

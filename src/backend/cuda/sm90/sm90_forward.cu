@@ -93,15 +93,16 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   return plan;
 }
 
-const char* operand_unsupported(const Problem& p, const Operand& op, int64_t seq, int64_t heads) {
+// dims: [batch, heads, seq, head_dim] as Problem::q_dims / kv_dims give them.
+const char* operand_unsupported(const Problem& p, const Operand& op, const int64_t (&dims)[4]) {
   sm90::Tensor4d t;
   t.data = op.data;
-  const int64_t dims[3] = {seq, heads, p.batch};
   for (int i = 0; i < 3; ++i) {
-    t.dims[i + 1] = dims[i];
+    const int64_t extent = dims[2 - i];
+    t.dims[i + 1] = extent;
     // Extents of 1 are never stepped (fwd_launch.cuh gives them a benign stride).
-    t.strides[i] = dims[i] == 1 ? 8 : op.stride[2 - i];
-    if (dims[i] > 1 && op.stride[2 - i] == 0) return "the copy engine cannot broadcast (a stride of 0)";
+    t.strides[i] = extent == 1 ? 8 : op.stride[2 - i];
+    if (extent > 1 && op.stride[2 - i] == 0) return "the copy engine cannot broadcast (a stride of 0)";
   }
   t.dims[0] = p.head_dim;
   return sm90::panel_map_unsupported(t);
@@ -116,13 +117,25 @@ const char* sm90_supports(const Problem& p, const DeviceInfo& dev) {
   // A tensor map cannot describe an empty k/v; the other families write
   // O = 0, lse = -inf for such rows.
   if (p.seq_k == 0) return "no keys (Nk = 0): the copy engine cannot map an empty K/V";
+  // Serving layouts: ragged and seqused_k batches load whole key tiles at
+  // each sequence's first row; a block table loads a tile per page, so a
+  // page must be a whole number of 8-row swizzle atoms and tile a key tile
+  // or be tiled by it.
+  if (p.layout.paged()) {
+    const int64_t ps = p.layout.page_size, bn = make_plan(p, dev).block_n;
+    if (ps % 8 != 0 || (ps % bn != 0 && bn % ps != 0))
+      return "page_size must be a multiple of 8 that divides or is divided by the key tile (64 keys at head_dim "
+             "256, else 128; cuda_sm80_tc runs any page_size)";
+  }
+  int64_t q_dims[4], kv_dims[4];
+  p.q_dims(q_dims);
+  p.kv_dims(kv_dims);
   const struct {
     const Operand* op;
-    int64_t seq, heads;
-  } ops[] = {{&p.q, p.seq_q, p.heads_q}, {&p.k, p.seq_k, p.heads_kv}, {&p.v, p.seq_k, p.heads_kv},
-             {&p.o, p.seq_q, p.heads_q}};
+    const int64_t (&dims)[4];
+  } ops[] = {{&p.q, q_dims}, {&p.k, kv_dims}, {&p.v, kv_dims}, {&p.o, q_dims}};
   for (const auto& x : ops)
-    if (const char* why = operand_unsupported(p, *x.op, x.seq, x.heads)) return why;
+    if (const char* why = operand_unsupported(p, *x.op, x.dims)) return why;
   const Plan plan = make_plan(p, dev);
   if (dev.smem_per_block_optin < static_cast<size_t>(plan.smem))
     return "device allows less shared memory per block than the tile needs";

@@ -1,0 +1,81 @@
+// Which CUDA kernel runs which of the 0.3 inference-numerics features
+// (fmha.h: FP8 inputs, mixed dtypes, descales, bias, ALiBi), as the GPU
+// numerics tests expect it: one table, so that when a kernel family gains a
+// feature (its registry row declares the bit) one entry flips here and the
+// tests follow (test_gpu_numerics_api.cpp: UNSUPPORTED and explain's reason,
+// or a run; test_gpu_numerics.cpp: the case matrix forced on the kernel).
+#pragma once
+
+#include <string>
+
+#include "common/serving_case.h"
+#include "fmha/fmha.h"
+
+namespace fmha_gpu_test {
+
+enum class NumericsFeature {
+  kFp8,      // an FP8 q or K/V (registry: the kernel's dtypes)
+  kMixed,    // q, k/v and o not one dtype (kFeatureMixedDtypes)
+  kDescale,  // q/k/v descales (kFeatureDescale)
+  kBias,     // an additive bias (kFeatureBias)
+  kAlibi,    // ALiBi slopes (kFeatureAlibi)
+};
+
+struct KernelNumerics {
+  const char* kernel;
+  bool fp8, mixed, descale, bias, alibi;
+  // Descales only with FP8 K/V (cuda_sm80_tc: its 16-bit instantiations
+  // refuse them; `descale` is then false).
+  bool descale_fp8_kv = false;
+};
+
+// The table. A kernel not listed runs none of the features. cuda_sm80_tc's
+// fp8 and mixed are an FP8 KV cache under an F16/BF16 q with o in q's
+// dtype: the other combinations (an FP8 q, o in another dtype) it declines
+// without naming a numerics feature ("FP8 q is not run", "does not run
+// dtype F32", "o in another dtype than q is not run").
+inline constexpr KernelNumerics kKernelNumerics[] = {
+    //  kernel           fp8    mixed  descale bias   alibi  descale_fp8_kv
+    {"cuda_sm90_ws", false, false, false, false, false},
+    {"cuda_sm80_tc", true, true, false, false, false, true},
+    {"cuda_generic", true, true, true, true, true},
+};
+
+inline bool runs_descale_with_fp8_kv(const std::string& kernel) {
+  for (const KernelNumerics& k : kKernelNumerics)
+    if (kernel == k.kernel) return k.descale || k.descale_fp8_kv;
+  return false;
+}
+
+inline bool runs_feature(const std::string& kernel, NumericsFeature f) {
+  for (const KernelNumerics& k : kKernelNumerics) {
+    if (kernel != k.kernel) continue;
+    switch (f) {
+      case NumericsFeature::kFp8: return k.fp8;
+      case NumericsFeature::kMixed: return k.mixed;
+      case NumericsFeature::kDescale: return k.descale;
+      case NumericsFeature::kBias: return k.bias;
+      case NumericsFeature::kAlibi: return k.alibi;
+    }
+  }
+  return false;
+}
+
+inline bool is_fp8(fmha_dtype t) { return t == FMHA_DTYPE_F8E4M3 || t == FMHA_DTYPE_F8E5M2; }
+
+// Whether `kernel` runs every numerics feature serving case `c` uses (it
+// may still decline c for another reason: a dtype, head dim or layout).
+inline bool runs_numerics_of(const std::string& kernel, const fmha_test::ServingCase& c) {
+  const bool fp8 = is_fp8(c.dtype) || is_fp8(c.k_type());
+  const bool mixed = c.k_type() != c.dtype || c.o_type() != c.dtype;
+  const bool descale = c.q_descale || c.k_descale || c.v_descale;
+  const bool fp8_kv_cache = is_fp8(c.k_type()) && !is_fp8(c.dtype);
+  return (!fp8 || runs_feature(kernel, NumericsFeature::kFp8)) &&
+         (!mixed || runs_feature(kernel, NumericsFeature::kMixed)) &&
+         (!descale || runs_feature(kernel, NumericsFeature::kDescale) ||
+          (fp8_kv_cache && runs_descale_with_fp8_kv(kernel))) &&
+         (c.bias == fmha_test::BiasPattern::kNone || runs_feature(kernel, NumericsFeature::kBias)) &&
+         (c.alibi == 0 || runs_feature(kernel, NumericsFeature::kAlibi));
+}
+
+}  // namespace fmha_gpu_test
