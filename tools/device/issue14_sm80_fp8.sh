@@ -14,8 +14,9 @@
 #      and prefill on cuda_sm80_tc forced, num_splits 1/auto/3/16, dense,
 #      seqused_k, ragged, paged; negative k descales; the refusals and their
 #      explain lines)
-#   4. test_gpu, whole (the contract test test_gpu_numerics_api.cpp now
-#      expects cuda_sm80_tc to run FP8 K/V and descales)
+#   4. test_gpu, whole (tests/gpu/numerics_support.h now says cuda_sm80_tc
+#      runs FP8 K/V under an F16/BF16 q and descales with FP8 K/V: the
+#      contract test and the numerics case matrix force it on those cases)
 #   5. bench_cuda --suite fp8kv: BF16-q decode, Hq 32 / Hk 8, D 128, Nq 1,
 #      B=1 Nk=131072 and B=16 Nk=8192, BF16 / e4m3 / e5m2 / e4m3+descales /
 #      e4m3 paged K/V: K+V TB/s, share of the copy bandwidth measured in the
