@@ -46,9 +46,10 @@ const KernelEntry kKernels[] = {
      "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping; ragged, seqused_k and "
      "paged K/V (fast page_size: 16, 32, 64 or a multiple of the key tile, 64 keys at head_dim 128 and 256, "
      "128 at 32 and 64, not 16 at head_dim 32 nor any at 96: one block-table read per page and key tile; every "
-     "other page_size runs, reading the table once per key); bias and ALiBi",
+     "other page_size runs, reading the table once per key); bias and ALiBi; an FP8 K/V cache (F8E4M3 or "
+     "F8E5M2 under an F16/BF16 q, o in q's dtype) read as FP8 and converted in shared memory, with q/k/v descales",
      FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}},
-     kFeatureServing | kFeatureBias | kFeatureAlibi, 16, 10,
+     kFeatureServing | kFeatureMixedDtypes | kFeatureDescale | kFeatureBias | kFeatureAlibi, 16, 10,
      cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
     {"cuda_generic",
      "general CUDA fallback: any head_dim <= 256, any strides, F32 too, every serving layout; FP8 inputs, "
@@ -186,13 +187,13 @@ const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& de
   }
   if (missing) return unsupported_feature(missing & (~missing + 1), out, len);
   if (e.align_bytes > 0) {
-    const int64_t elem = dtype_size(p.dtype);
     const struct {
       const char* name;
       const Operand* op;
-    } ops[] = {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"o", &p.o}};
+      fmha_dtype dtype;  // each operand's own (FP8 K/V are 1-byte elements)
+    } ops[] = {{"q", &p.q, p.dtype}, {"k", &p.k, p.kv_dtype}, {"v", &p.v, p.kv_dtype}, {"o", &p.o, p.o_dtype}};
     for (const auto& x : ops)
-      if (const char* r = misaligned(x.name, *x.op, elem, e.align_bytes, out, len)) return r;
+      if (const char* r = misaligned(x.name, *x.op, dtype_size(x.dtype), e.align_bytes, out, len)) return r;
   }
   if (e.supports) return e.supports(p, dev);
   return nullptr;

@@ -42,7 +42,8 @@ std::string ServingCase::name() const {
   if (k_type() != dtype) s += std::string("/kv") + dtype_label(k_type());
   if (o_type() != dtype) s += std::string("/o") + dtype_label(o_type());
   if (q_descale || k_descale || v_descale)
-    s += std::string(" descale") + (q_descale ? "q" : "") + (k_descale ? "k" : "") + (v_descale ? "v" : "");
+    s += std::string(" descale") + (q_descale ? "q" : "") + (k_descale ? "k" : "") + (v_descale ? "v" : "") +
+         (k_descale && negative_k_descale ? " negk" : "");
   if (bias != BiasPattern::kNone)
     s += std::string(" bias-") +
          (bias == BiasPattern::kFull ? "full" : bias == BiasPattern::kMask ? "mask" : "keypad") + "-" +
@@ -511,6 +512,8 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
   };
   factors(c.q_descale, q_descale_);
   factors(c.k_descale, k_descale_);
+  if (c.negative_k_descale)
+    for (size_t i = 0; i < k_descale_.size(); i += 2) k_descale_[i] = -k_descale_[i];
   factors(c.v_descale, v_descale_);
   p.q_descale = c.q_descale ? q_descale_.data() : nullptr;
   p.k_descale = c.k_descale ? k_descale_.data() : nullptr;

@@ -65,6 +65,7 @@ struct ServingCase {
   fmha_dtype kv_dtype = static_cast<fmha_dtype>(0);
   fmha_dtype o_dtype = static_cast<fmha_dtype>(0);
   bool q_descale = false, k_descale = false, v_descale = false;  // random factors in [0.5, 2)
+  bool negative_k_descale = false;  // with k_descale: every other factor negated (the formula allows it)
   BiasPattern bias = BiasPattern::kNone;
   fmha_dtype bias_dtype = FMHA_DTYPE_F32;
   int alibi = 0;  // 0 none, 1 [Hq] slopes (stride 0), 2 [B, Hq] slopes (stride Hq + 1)

@@ -24,15 +24,37 @@ enum class NumericsFeature {
 struct KernelNumerics {
   const char* kernel;
   bool fp8, mixed, descale, bias, alibi;
+  // Descales only with FP8 K/V (cuda_sm80_tc: its 16-bit instantiations
+  // refuse them; `descale` is then false).
+  bool descale_fp8_kv = false;
+  // A bias and ALiBi only with 16-bit K/V (cuda_sm80_tc: its FP8 K/V
+  // instantiations have no score-ops kernel).
+  bool bias_16bit_kv = false;
 };
 
-// The table. A kernel not listed runs none of the features.
+// The table. A kernel not listed runs none of the features. cuda_sm80_tc's
+// fp8 and mixed are an FP8 KV cache under an F16/BF16 q with o in q's
+// dtype: the other combinations (an FP8 q, o in another dtype) it declines
+// without naming a numerics feature ("FP8 q is not run", "does not run
+// dtype F32", "o in another dtype than q is not run").
 inline constexpr KernelNumerics kKernelNumerics[] = {
-    //  kernel           fp8    mixed  descale bias   alibi
+    //  kernel           fp8    mixed  descale bias   alibi  descale_fp8_kv bias_16bit_kv
     {"cuda_sm90_ws", false, false, true, true, true},
-    {"cuda_sm80_tc", false, false, false, true, true},
+    {"cuda_sm80_tc", true, true, false, true, true, true, true},
     {"cuda_generic", true, true, true, true, true},
 };
+
+inline bool runs_descale_with_fp8_kv(const std::string& kernel) {
+  for (const KernelNumerics& k : kKernelNumerics)
+    if (kernel == k.kernel) return k.descale || k.descale_fp8_kv;
+  return false;
+}
+
+inline bool runs_bias_with_fp8_kv(const std::string& kernel) {
+  for (const KernelNumerics& k : kKernelNumerics)
+    if (kernel == k.kernel) return (k.bias || k.alibi) && !k.bias_16bit_kv;
+  return false;
+}
 
 inline bool runs_feature(const std::string& kernel, NumericsFeature f) {
   for (const KernelNumerics& k : kKernelNumerics) {
@@ -56,11 +78,15 @@ inline bool runs_numerics_of(const std::string& kernel, const fmha_test::Serving
   const bool fp8 = is_fp8(c.dtype) || is_fp8(c.k_type());
   const bool mixed = c.k_type() != c.dtype || c.o_type() != c.dtype;
   const bool descale = c.q_descale || c.k_descale || c.v_descale;
+  const bool fp8_kv_cache = is_fp8(c.k_type()) && !is_fp8(c.dtype);
   return (!fp8 || runs_feature(kernel, NumericsFeature::kFp8)) &&
          (!mixed || runs_feature(kernel, NumericsFeature::kMixed)) &&
-         (!descale || runs_feature(kernel, NumericsFeature::kDescale)) &&
+         (!descale || runs_feature(kernel, NumericsFeature::kDescale) ||
+          (fp8_kv_cache && runs_descale_with_fp8_kv(kernel))) &&
          (c.bias == fmha_test::BiasPattern::kNone || runs_feature(kernel, NumericsFeature::kBias)) &&
-         (c.alibi == 0 || runs_feature(kernel, NumericsFeature::kAlibi));
+         (c.alibi == 0 || runs_feature(kernel, NumericsFeature::kAlibi)) &&
+         ((c.bias == fmha_test::BiasPattern::kNone && c.alibi == 0) || !is_fp8(c.k_type()) ||
+          runs_bias_with_fp8_kv(kernel));
 }
 
 }  // namespace fmha_gpu_test

@@ -29,9 +29,12 @@ list(APPEND FMHA_SOURCES
 # declarations, the dispatch, the tuning check and the registry row. A build
 # may list fewer (faster builds); each head dim needs the family's tuning
 # specialization, and a registry row's head-dim column holds at most 6.
+# cuda_sm80_tc also takes <dtype>_f8kv:<head_dim>: q (and o) in f16/bf16
+# with an FP8 K/V cache (either FP8 kind, a run-time branch), instantiated
+# only for the head dims of KV caches in use (64, 128, 256).
 set(FMHA_SM80_INSTANCES
-  "f16:32;f16:64;f16:96;f16:128;f16:256;bf16:32;bf16:64;bf16:96;bf16:128;bf16:256"
-  CACHE STRING "cuda_sm80_tc instantiations, dtype:head_dim pairs (dtype f16 or bf16)")
+  "f16:32;f16:64;f16:96;f16:128;f16:256;bf16:32;bf16:64;bf16:96;bf16:128;bf16:256;f16_f8kv:64;f16_f8kv:128;f16_f8kv:256;bf16_f8kv:64;bf16_f8kv:128;bf16_f8kv:256"
+  CACHE STRING "cuda_sm80_tc instantiations, dtype:head_dim pairs (dtype f16, bf16, f16_f8kv or bf16_f8kv)")
 set(FMHA_SM90_INSTANCES
   "f16:64;f16:128;f16:256;bf16:64;bf16:128;bf16:256"
   CACHE STRING "cuda_sm90_ws instantiations, dtype:head_dim pairs (dtype f16 or bf16)")
@@ -42,7 +45,9 @@ set(FMHA_GENERATED_DIR ${CMAKE_CURRENT_BINARY_DIR}/generated)
 # translation units and instances.h from FMHA_<FAMILY>_INSTANCES; the
 # templates read FMHA_<FAMILY>_{DTYPE,T,D} (per unit) and
 # FMHA_<FAMILY>_{INSTANCE_XS,HEAD_DIM_XS,HEAD_DIM_LIST,HEAD_DIM_COUNT,
-# HEAD_DIM_TEXT,DTYPE_XS} (the header). out_var receives the units.
+# HEAD_DIM_TEXT,DTYPE_XS,FP8KV_INSTANCE_XS} (the header). out_var receives
+# the units. A <dtype>_f8kv entry (FP8 K/V under a 16-bit q; sm80 only)
+# goes to FP8KV_INSTANCE_XS instead of INSTANCE_XS and adds both FP8 dtypes.
 function(fmha_kernel_instances family FAMILY out_var)
   set(gen ${FMHA_GENERATED_DIR}/backend/cuda/${family})
   set(src ${CMAKE_CURRENT_SOURCE_DIR}/backend/cuda/${family})
@@ -50,12 +55,15 @@ function(fmha_kernel_instances family FAMILY out_var)
   set(xs "")
   set(dims "")
   set(dtypes "")
+  set(fp8kv_xs "")
   foreach(entry IN LISTS FMHA_${FAMILY}_INSTANCES)
-    if(NOT entry MATCHES "^(f16|bf16):([0-9]+)$")
-      message(FATAL_ERROR "FMHA_${FAMILY}_INSTANCES: '${entry}' is not f16:<head_dim> or bf16:<head_dim>")
+    if(NOT entry MATCHES "^(f16|bf16)(_f8kv)?:([0-9]+)$" OR (CMAKE_MATCH_2 AND NOT family STREQUAL "sm80"))
+      message(FATAL_ERROR "FMHA_${FAMILY}_INSTANCES: '${entry}' is not f16:<head_dim> or bf16:<head_dim>"
+                          " (sm80 also: f16_f8kv:<head_dim>, bf16_f8kv:<head_dim>)")
     endif()
-    set(FMHA_${FAMILY}_DTYPE ${CMAKE_MATCH_1})
-    set(FMHA_${FAMILY}_D ${CMAKE_MATCH_2})
+    set(fp8kv ${CMAKE_MATCH_2})
+    set(FMHA_${FAMILY}_DTYPE ${CMAKE_MATCH_1}${CMAKE_MATCH_2})
+    set(FMHA_${FAMILY}_D ${CMAKE_MATCH_3})
     if(CMAKE_MATCH_1 STREQUAL "f16")
       set(FMHA_${FAMILY}_T __half)
       set(enum FMHA_DTYPE_F16)
@@ -63,17 +71,25 @@ function(fmha_kernel_instances family FAMILY out_var)
       set(FMHA_${FAMILY}_T __nv_bfloat16)
       set(enum FMHA_DTYPE_BF16)
     endif()
-    set(unit ${gen}/fwd_${CMAKE_MATCH_1}_d${CMAKE_MATCH_2}.cu)
+    set(unit ${gen}/fwd_${FMHA_${FAMILY}_DTYPE}_d${FMHA_${FAMILY}_D}.cu)
+    if(fp8kv)
+      set(FMHA_${FAMILY}_FP8KV true)
+      string(APPEND fp8kv_xs " X(${enum}, ${FMHA_${FAMILY}_T}, ${FMHA_${FAMILY}_D})")
+      list(APPEND dtypes ${enum} FMHA_DTYPE_F8E4M3 FMHA_DTYPE_F8E5M2)
+    else()
+      set(FMHA_${FAMILY}_FP8KV false)
+      string(APPEND xs " X(${enum}, ${FMHA_${FAMILY}_T}, ${FMHA_${FAMILY}_D})")
+      list(APPEND dtypes ${enum})
+    endif()
     configure_file(${src}/fwd_instance.cu.in ${unit} @ONLY)
     list(APPEND units ${unit})
-    string(APPEND xs " X(${enum}, ${FMHA_${FAMILY}_T}, ${FMHA_${FAMILY}_D})")
     list(APPEND dims ${FMHA_${FAMILY}_D})
-    list(APPEND dtypes ${enum})
   endforeach()
   list(REMOVE_DUPLICATES dims)
   list(SORT dims COMPARE NATURAL)
   list(REMOVE_DUPLICATES dtypes)
   set(FMHA_${FAMILY}_INSTANCE_XS "${xs}")
+  set(FMHA_${FAMILY}_FP8KV_INSTANCE_XS "${fp8kv_xs}")
   list(LENGTH dims FMHA_${FAMILY}_HEAD_DIM_COUNT)
   string(REPLACE ";" ", " FMHA_${FAMILY}_HEAD_DIM_LIST "${dims}")
   set(FMHA_${FAMILY}_HEAD_DIM_TEXT "${FMHA_${FAMILY}_HEAD_DIM_LIST}")

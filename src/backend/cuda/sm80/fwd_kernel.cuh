@@ -19,6 +19,10 @@
 //                  (common/softmax.cuh)
 //   WarpPV         O += P V with P taken from registers (no shared memory
 //                  round trip) and V through ldmatrix.trans
+//   Fp8KvTile      an FP8 K/V cache (kFp8Kv): K/V read from global memory
+//                  as FP8 into raw shared stages, each thread converting
+//                  the chunks it copied into the 16-bit tile WarpQK/WarpPV
+//                  read
 //   Epilogue       O / l and lse, or the per-split partials
 //                  (common/epilogue.cuh)
 //
@@ -462,6 +466,125 @@ __device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
 }
 
 // ---------------------------------------------------------------------------
+// Fp8KvTile: the K or V tile of an FP8 KV cache (k/v F8E4M3 or F8E5M2 under
+// an F16/BF16 q; the kFp8Kv instantiations). Global memory is read as FP8,
+// half the bytes of a 16-bit tile (decode is bound by these bytes), in
+// 16-byte cp.async chunks of 16 elements of one row into a raw stage, and
+// converted to T exactly (every FP8 value is an F16 and a BF16 value) into
+// the swizzled 16-bit tile that WarpQK / WarpPV read, FP8 chunk c of a row
+// becoming 16-bit chunks 2c and 2c + 1.
+//
+// Each thread converts exactly the chunks it copied: the raw stages are in
+// effect thread-private (no barrier between copy and conversion, only the
+// thread's own cp.async.wait_group), so they need no swizzle either: chunk
+// idx = tid + pass * kThreads sits at byte 16 idx, and a warp's 16-byte
+// reads and copies touch consecutive addresses. Thread t copies chunk
+// t % kChunks of rows t / kChunks + pass * kRowsPerPass (whole row segments
+// per warp: coalesced). Rows at or past `n` are zero-filled, as in
+// TileLoader.
+// ---------------------------------------------------------------------------
+template <class T, class Cfg, int kRows>
+struct Fp8KvTile {
+  static constexpr int kChunks = Cfg::kHeadDim / 16;  // 16-byte FP8 chunks per row
+  static constexpr int kRowsPerPass = Cfg::kThreads / kChunks;
+  static constexpr int kPasses = kRows / kRowsPerPass;
+  static constexpr int kRawBytes = kRows * Cfg::kHeadDim;  // one raw stage
+  static constexpr bool kShapeOk =
+      Cfg::kHeadDim % 16 == 0 && Cfg::kThreads % kChunks == 0 && kRows % kRowsPerPass == 0;
+
+  // Rows [row0, row0 + kRows) of a contiguous operand (row stride `stride`
+  // elements = bytes) into the raw stage at `raw`.
+  __device__ static void load(uint32_t raw, const uint8_t* base, int64_t stride, int row0, int n, int tid) {
+    load_tile(raw, base + static_cast<int64_t>(row0) * stride, stride, n - row0, base, tid);
+  }
+
+  // The tile whose row 0 starts at `first`; rows at or past `count` are
+  // zero-filled (their copies name `valid`, reading nothing).
+  __device__ static void load_tile(uint32_t raw, const uint8_t* first, int64_t stride, int count,
+                                   const uint8_t* valid, int tid) {
+    static_assert(kShapeOk, "FP8 K/V tiles are whole passes of whole 16-byte row chunks (head dims 32, 64, 128, 256)");
+    const int r = tid / kChunks;
+    const uint8_t* src = first + static_cast<int64_t>(r) * stride + (tid % kChunks) * 16;
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const bool in = r + pass * kRowsPerPass < count;
+      const uint8_t* g = src + static_cast<int64_t>(pass * kRowsPerPass) * stride;
+      cp_async_16(raw + (tid + pass * Cfg::kThreads) * 16, in ? g : valid, in);
+    }
+  }
+
+  // Paged: key j at base + row_offset(j) (paged_kv_row). When the tile lies
+  // in one page (one_page: page_size is a multiple of kRows; tiles start at
+  // multiples of kRows) one block-table read places it; otherwise one read
+  // per row. Table entries of rows at or past n are never read.
+  template <class RowOffset>
+  __device__ static void load_paged(uint32_t raw, const uint8_t* base, int64_t stride, RowOffset row_offset,
+                                    bool one_page, int row0, int n, int tid) {
+    if (one_page) {
+      load_tile(raw, row0 < n ? base + row_offset(row0) : base, stride, n - row0, base, tid);
+      return;
+    }
+    const int r = tid / kChunks;
+    const int c16 = (tid % kChunks) * 16;
+#pragma unroll 4
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int row = row0 + r + pass * kRowsPerPass;
+      const bool in = row < n;
+      cp_async_16(raw + (tid + pass * Cfg::kThreads) * 16, in ? base + row_offset(row) + c16 : base, in);
+    }
+  }
+
+  // Two FP8 elements (the low byte first) -> a pair of T, exactly.
+  template <__nv_fp8_interpretation_t kKind>
+  __device__ __forceinline__ static uint32_t pair(uint32_t two) {
+    const __half2 h = fp8x2_to_half2(static_cast<uint16_t>(two), kKind);
+    if constexpr (std::is_same<T, __half>::value) {
+      return *reinterpret_cast<const uint32_t*>(&h);
+    } else {
+      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
+      return *reinterpret_cast<const uint32_t*>(&b);
+    }
+  }
+
+  // The thread's chunks of the raw stage at byte `raw` of smem -> the
+  // 16-bit tile at byte `tile`; their copies must have landed
+  // (cp.async.wait_group). With `check`, returns whether any converted
+  // element is NaN or inf (NonFiniteV's vote, over this thread's part).
+  template <__nv_fp8_interpretation_t kKind>
+  __device__ static bool convert(unsigned char* smem, uint32_t raw, uint32_t tile, int tid, bool check) {
+    using NF = NonFiniteV<T>;
+    const int r = tid / kChunks;
+    const int c = tid % kChunks;
+    uint32_t bad = 0;
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const uint4 x = *reinterpret_cast<const uint4*>(smem + raw + (tid + pass * Cfg::kThreads) * 16);
+      uint4 lo, hi;
+      lo.x = pair<kKind>(x.x);
+      lo.y = pair<kKind>(x.x >> 16);
+      lo.z = pair<kKind>(x.y);
+      lo.w = pair<kKind>(x.y >> 16);
+      hi.x = pair<kKind>(x.z);
+      hi.y = pair<kKind>(x.z >> 16);
+      hi.z = pair<kKind>(x.w);
+      hi.w = pair<kKind>(x.w >> 16);
+      const int row = r + pass * kRowsPerPass;
+      *reinterpret_cast<uint4*>(smem + tile + swizzle<Cfg::kPitch>(row, 2 * c)) = lo;
+      *reinterpret_cast<uint4*>(smem + tile + swizzle<Cfg::kPitch>(row, 2 * c + 1)) = hi;
+      if (check)
+        bad |= NF::mask(lo.x) | NF::mask(lo.y) | NF::mask(lo.z) | NF::mask(lo.w) | NF::mask(hi.x) |
+               NF::mask(hi.y) | NF::mask(hi.z) | NF::mask(hi.w);
+    }
+    return bad != 0;
+  }
+
+  // convert() for the run-time FP8 kind (FwdParams::kv_dtype; CTA-uniform).
+  __device__ static bool convert(unsigned char* smem, uint32_t raw, uint32_t tile, int tid, bool e4m3, bool check) {
+    return e4m3 ? convert<__NV_E4M3>(smem, raw, tile, tid, check) : convert<__NV_E5M2>(smem, raw, tile, tid, check);
+  }
+};
+
+// ---------------------------------------------------------------------------
 // Epilogue: O = o / l (0 for a row that saw no key), lse = m c ln2 + ln l
 // (-inf for such a row). Unsplit: O goes through shared memory (the Q tile)
 // so global stores are 16-byte and coalesced. Split: this split's running
@@ -473,12 +596,13 @@ template <class T, class Cfg>
 struct Epilogue {
   using Softmax = OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles>;
 
+  // score_log2: the unit's FwdParams::score_log2 (descales folded in).
   template <bool kServing>
   __device__ static void run(const FwdParams& p, const BlockWork<Cfg, kServing>& w,
-                             float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm,
+                             float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm, float score_log2,
                              unsigned char* smem, int warp, int lane, int tid) {
     const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);  // the lane's first tile row
-    const float lse_scale = p.score_log2 * kLn2;  // raw-score units of m -> natural units
+    const float lse_scale = score_log2 * kLn2;  // raw-score units of m -> natural units
 
     if (p.num_splits > 1) {
       store_split_partials<Cfg::kMSlices, Cfg::kDTiles, Cfg::kHeadDim>(p, w, w.m0 + row_local0, o, sm.m, sm.l,
@@ -516,22 +640,38 @@ struct Epilogue {
 // Pipeline (kStages = 2): K and V of tile t+1 are in flight while tile t is
 // computed; cp.async groups are committed K, V, K, V, ... so "K of t ready"
 // is wait_group(1) and "V of t ready" is wait_group(2) after t+1's commits.
+//
+// kFp8Kv (an FP8 KV cache, Fp8KvTile): the two stages are raw FP8 ones,
+// and K and V each have one 16-bit tile, converted in place of the 16-bit
+// stages' second copy (the same shared memory: 2 raw stages of D bytes per
+// key = 1 tile of 2D bytes). Raw K[t+2] and V[t+2] are in flight while tile
+// t is computed (groups K0, V0, K1, V1, then K[t+2], V[t+2] per tile, so
+// "V[t] landed" is wait_group(2) and "K[t+1] landed" wait_group(1)). Per
+// tile: barrier 1 publishes K[t] (converted at the end of tile t-1) and
+// frees the V tile; V[t] is converted; S = Q K^T; barrier 2 publishes V[t]
+// (and votes NonFiniteV) and frees the K tile; O += P V; K[t+1] is
+// converted and K/V[t+2] issued. The conversions sit where no score is
+// live, so they cost few registers.
 // ---------------------------------------------------------------------------
 // kMode: the operand layout this instantiation reads (launch.h: SeqMode).
 // Dense problems read no metadata; ragged and seqused_k problems resolve
 // their sequence; paged ones also gather K/V through the block table, in
 // an instantiation of their own (its loader's registers would otherwise
 // spill in the contiguous serving kernel).
-// kScoreOps: the instantiation for problems that transform the scores
-// (softcap, bias, ALiBi; each under a run-time uniform branch). The other
-// runs none of them: the plain path carries no code for them, and the build
-// no extra instance (launch_fwd_mode picks one of the two).
-template <class T, class Cfg, bool kScoreOps, SeqMode kMode>
+// kOps: the score transforms this instantiation compiles (common/
+// fwd_params.h: none, softcap alone, or softcap, bias and ALiBi, each then
+// under a run-time uniform branch); the plain path carries no code for them.
+// The FP8 K/V instantiations run no bias or ALiBi (sm80_supports).
+template <class T, bool kFp8Kv, class Cfg, ScoreOps kOps, SeqMode kMode>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     fwd_kernel(const __grid_constant__ FwdParams p) {
   constexpr bool kServing = kMode != SeqMode::kDense;
   constexpr bool kPaged = kMode == SeqMode::kPaged;
+  constexpr bool kSoftcap = kOps == ScoreOps::kSoftcap;
+  constexpr bool kAllOps = kOps == ScoreOps::kAll;
+  static_assert(!(kFp8Kv && kAllOps), "the FP8 K/V kernels run no bias or ALiBi");
   static_assert(Cfg::kStages == 2, "the wait_group counts below assume two stages");
+  using KvT = std::conditional_t<kFp8Kv, uint8_t, T>;  // K/V elements in global memory
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -540,14 +680,45 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const BlockWork<Cfg, kServing> w = BlockWork<Cfg, kServing>::make(p);
   if (w.empty()) return;  // CTA-uniform, before any barrier
   const T* q = static_cast<const T*>(p.q) + w.q_offset(p);
-  const T* k = static_cast<const T*>(p.k) + w.k_offset(p) + w.hk * p.k_stride[1];
-  const T* v = static_cast<const T*>(p.v) + w.v_offset(p) + w.hk * p.v_stride[1];
+  const KvT* k = static_cast<const KvT*>(p.k) + w.k_offset(p) + w.hk * p.k_stride[1];
+  const KvT* v = static_cast<const KvT*>(p.v) + w.v_offset(p) + w.hk * p.v_stride[1];
+
+  // Descales (fmha.h 0.3; the kFp8Kv instantiations only: in the 16-bit
+  // ones at 255 registers the held factor cost 150-250 bytes of spills,
+  // ptxas sm_90): the logits of the unit's (sequence, KV head) are
+  // scale * q_descale * k_descale * (q.k), so the factor joins the score
+  // factor: softcap's input scale, or else the softmax's raw-score -> log2
+  // factor (which the lse shares; a negative factor flips the scores'
+  // sign instead, so the running max stays a max). The 16-bit
+  // instantiations read p.score_log2 / p.softcap_in at each use, as before.
+  // A term added to the logits in natural units (bias, ALiBi) must convert
+  // with this unit's factor (score_log2 here), not p.score_log2.
+  float score_log2 = p.score_log2, cap_in = p.softcap_in;
+  bool negate = false;
+  if (kFp8Kv && (p.q_descale != nullptr || p.k_descale != nullptr)) {
+    const float d = qk_descale(p, w.b, w.hk);
+    if constexpr (kSoftcap) {
+      cap_in *= d;
+    } else {
+      score_log2 *= fabsf(d);
+      negate = d < 0.f;
+    }
+  }
 
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + Cfg::kSmemQ;                     // + stage * kSmemKV
   const uint32_t sV = sK + Cfg::kStages * Cfg::kSmemKV;     // + stage * kSmemKV
   using QLoader = TileLoader<T, Cfg, Cfg::kBlockM>;
   using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
+  // kFp8Kv: one 16-bit K tile at sK, one V tile at sK + kSmemKV, then the
+  // raw FP8 stages of K and of V (+ stage * kRawBytes each).
+  using Fp8Tile = Fp8KvTile<T, Cfg, Cfg::kBlockN>;
+  const uint32_t sV16 = sK + Cfg::kSmemKV;
+  constexpr uint32_t rawK = Cfg::kSmemQ + 2 * Cfg::kSmemKV;  // byte offsets in smem
+  constexpr uint32_t rawV = rawK + Cfg::kStages * Fp8Tile::kRawBytes;
+  static_assert(rawV + Cfg::kStages * Fp8Tile::kRawBytes <= Cfg::kSmemBytes,
+                "the raw FP8 stages fit where the 16-bit tiles' second stages would be");
+  [[maybe_unused]] const bool e4m3 = p.kv_dtype == FMHA_DTYPE_F8E4M3;
 
   // K or V rows [n0, n0 + kBlockN) of the sequence into a stage; rows at or
   // past Nk(b) are zero-filled. Paged K/V (the kPaged instantiation): key j
@@ -557,23 +728,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // (TileLoader::page_run) read the table once per run, others once per
   // row. (Lengths are read at each use, not held in a register: the dense
   // instantiation then reads them from the constant bank as it always did.)
-  const int run = kPaged ? KVLoader::page_run(p.layout.page_size) : 0;
+  // kFp8Kv: into a raw stage (dst: a byte offset in smem), Fp8KvTile's way.
+  const int run = kPaged && !kFp8Kv ? KVLoader::page_run(p.layout.page_size) : 0;
+  [[maybe_unused]] const bool one_page = kPaged && kFp8Kv && p.layout.page_size % Cfg::kBlockN == 0;
   auto load_k = [&](uint32_t dst, int n0) {
-    if constexpr (kPaged)
+    if constexpr (kFp8Kv) {
+      if constexpr (kPaged)
+        Fp8Tile::load_paged(
+            sQ + dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, one_page, n0, w.len_k(p),
+            tid);
+      else
+        Fp8Tile::load(sQ + dst, k, p.k_stride[2], n0, w.len_k(p), tid);
+    } else if constexpr (kPaged) {
       KVLoader::load_paged(
           dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, run, n0, w.len_k(p), tid);
-    else
+    } else {
       KVLoader::load(dst, k, p.k_stride[2], n0, w.len_k(p), tid);
+    }
   };
   auto load_v = [&](uint32_t dst, int n0) {
-    if constexpr (kPaged)
+    if constexpr (kFp8Kv) {
+      if constexpr (kPaged)
+        Fp8Tile::load_paged(
+            sQ + dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, one_page, n0, w.len_k(p),
+            tid);
+      else
+        Fp8Tile::load(sQ + dst, v, p.v_stride[2], n0, w.len_k(p), tid);
+    } else if constexpr (kPaged) {
       KVLoader::load_paged(
           dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, run, n0, w.len_k(p), tid);
-    else
+    } else {
       KVLoader::load(dst, v, p.v_stride[2], n0, w.len_k(p), tid);
+    }
   };
 
-  // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next.
+  // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next
+  // (kFp8Kv: then K and V of t_begin + 1, and K[t_begin] converted).
   if (p.pack == 1) {
     QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, w.rows(p), tid);
   } else {
@@ -587,10 +777,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         },
         w.m0, w.rows(p), tid);
   }
-  if (w.t_begin < w.t_end) load_k(sK, w.t_begin * Cfg::kBlockN);
-  cp_async_commit();
-  if (w.t_begin < w.t_end) load_v(sV, w.t_begin * Cfg::kBlockN);
-  cp_async_commit();
+  if constexpr (kFp8Kv) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int t = w.t_begin + i;
+      if (t < w.t_end) load_k(rawK + i * Fp8Tile::kRawBytes, t * Cfg::kBlockN);
+      cp_async_commit();
+      if (t < w.t_end) load_v(rawV + i * Fp8Tile::kRawBytes, t * Cfg::kBlockN);
+      cp_async_commit();
+    }
+    cp_async_wait<3>();  // Q and K[t_begin] landed (this thread's part)
+    if (w.t_begin < w.t_end) Fp8Tile::convert(smem, rawK, sK - sQ, tid, e4m3, false);
+  } else {
+    if (w.t_begin < w.t_end) load_k(sK, w.t_begin * Cfg::kBlockN);
+    cp_async_commit();
+    if (w.t_begin < w.t_end) load_v(sV, w.t_begin * Cfg::kBlockN);
+    cp_async_commit();
+  }
 
   const LaneAddr<Cfg> addr(warp, lane);
   const int row0 = w.m0 + warp * Cfg::kRowsPerWarp;  // the warp's first row
@@ -603,63 +806,128 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       for (int e = 0; e < 4; ++e) o[ms][dt][e] = 0.f;
   OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles> sm;
   sm.init();
-  // Bias / ALiBi (kScoreOps only), natural-unit terms of the scaled,
+  // Bias / ALiBi (kAllOps only), natural-unit terms of the scaled,
   // soft-capped logit. Without softcap they are divided by the scale and
   // start the tile's Q K^T accumulator (ScoreMask::init_bias; the loads go
   // out before the wait for K), so the softmax keeps its units c; after
   // softcap (c = score_log2 = log2(e)) they are added as they are.
-  const bool softcapped = kScoreOps && p.softcap_out != 0.f;
-  const bool biased = kScoreOps && has_bias_or_alibi(p);
+  const bool softcapped = kSoftcap || (kAllOps && p.softcap_out != 0.f);
+  const bool biased = kAllOps && has_bias_or_alibi(p);
   const bool bias_init = biased && !softcapped;
 
+  // Whether this warp owns a valid row (warp-uniform). The FP8 narrow tile
+  // (Sm80Tuning::NarrowFp8Kv) has more warps than a decode unit has rows:
+  // the others only load and convert K/V and keep the barriers.
+  const bool computes = !kFp8Kv || row0 <= w.m_last;
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
-    const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
-    const int n0 = t * Cfg::kBlockN;
+    [[maybe_unused]] const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
+    [[maybe_unused]] bool v_bad = false;
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
-    if (bias_init)
-      ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale,
-                                                        row0, n0, lane);
-    cp_async_wait<1>();  // K[t] landed (this thread's part) ...
-    __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
-    const int n_next = (t + 1) * Cfg::kBlockN;
-    if (t + 1 < w.t_end) load_k(sK + next, n_next);
-    cp_async_commit();
-    if (t + 1 < w.t_end) load_v(sV + next, n_next);
-    cp_async_commit();
+    if constexpr (kFp8Kv) {
+      __syncthreads();  // K[t] converted by every thread; every warp is done with V[t-1]
+      // V[t] into the V tile now, while no score is live (registers); the
+      // non-finite check only on tiles with a mask edge (below).
+      cp_async_wait<2>();  // raw V[t] landed (this thread's part)
+      const uint32_t raw = static_cast<uint32_t>((t - w.t_begin) & 1) * Fp8Tile::kRawBytes;
+      const int n0 = t * Cfg::kBlockN;
+      const bool check = kGuardNonFiniteV && (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min);
+      v_bad = Fp8Tile::convert(smem, rawV + raw, sV16 - sQ, tid, e4m3, check);
+    } else {
+      if (bias_init)
+        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale,
+                                                          row0, t * Cfg::kBlockN, lane);
+      cp_async_wait<1>();  // K[t] landed (this thread's part) ...
+      __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
+      const int n_next = (t + 1) * Cfg::kBlockN;
+      if (t + 1 < w.t_end) load_k(sK + next, n_next);
+      cp_async_commit();
+      if (t + 1 < w.t_end) load_v(sV + next, n_next);
+      cp_async_commit();
+    }
+    // The tiles of t: the 16-bit stage, or the converted FP8 tile (written
+    // at each use: computed up front, the V address stayed live through the
+    // scores and cost the 16-bit wide kernels spills).
 
-    if (!bias_init)
+    bool edge = false;
+    if (computes) {
+      if (!bias_init)
 #pragma unroll
-      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+        for (int ms = 0; ms < Cfg::kMSlices; ++ms)
 #pragma unroll
-        for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+          for (int nt = 0; nt < Cfg::kNTiles; ++nt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
-    WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
+            for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
+      WarpQK<T, Cfg>::run(s, sQ, kFp8Kv ? sK : sK + stage, addr);
+      if (negate) {  // a negative q_descale * k_descale (CTA-uniform)
+#pragma unroll
+        for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+          for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[ms][nt][e] = -s[ms][nt][e];
+      }
 
-    if (softcapped) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, p.softcap_in, p.softcap_out);
-    const bool edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-    if (biased && softcapped)
-      ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0,
-                                                       n0, lane);
-    if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
-    sm.update(s, o, p.score_log2);
+      if (softcapped)
+        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, kFp8Kv ? cap_in : p.softcap_in, p.softcap_out);
+      const int n0 = t * Cfg::kBlockN;
+      edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
+      if (biased && softcapped)
+        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0,
+                                                         n0, lane);
+      if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
+      sm.update(s, o, kFp8Kv ? score_log2 : p.score_log2);
+    }
 
-    cp_async_wait<2>();  // V[t] landed (this thread's part)
-    // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
-    // and every tile under a bias tensor (its -inf entries hide keys from
-    // some rows only).
-    const bool guard = __syncthreads_or(kGuardNonFiniteV && (edge || (kScoreOps && p.bias != nullptr)) &&
-                                        NonFiniteV<T>::template in_own_chunks<Cfg, Cfg::kBlockN>(
-                                            smem + (sV + stage - sQ), tid)) != 0;
-    if (kGuardNonFiniteV && guard)
-      warp_pv_guarded<T, Cfg>(o, s, sV + stage, addr);
-    else
-      WarpPV<T, Cfg>::run(o, s, sV + stage, addr);
+    bool guard;
+    if constexpr (kFp8Kv) {
+      // The barrier publishes V[t], frees the K tile, and votes NonFiniteV
+      // (v_bad: only checked on edge tiles, see above).
+      guard = __syncthreads_or(kGuardNonFiniteV && v_bad) != 0;
+    } else {
+      cp_async_wait<2>();  // V[t] landed (this thread's part)
+      // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
+      // and every tile under a bias tensor (its -inf entries hide keys from
+      // some rows only).
+      guard = __syncthreads_or(kGuardNonFiniteV && (edge || (kAllOps && p.bias != nullptr)) &&
+                               NonFiniteV<T>::template in_own_chunks<Cfg, Cfg::kBlockN>(
+                                   smem + (sV + stage - sQ), tid)) != 0;
+    }
+    if (computes) {
+      if (kGuardNonFiniteV && guard)
+        warp_pv_guarded<T, Cfg>(o, s, kFp8Kv ? sV16 : sV + stage, addr);
+      else
+        WarpPV<T, Cfg>::run(o, s, kFp8Kv ? sV16 : sV + stage, addr);
+    }
+
+    if constexpr (kFp8Kv) {
+      // K[t+1] into the K tile (P is consumed: fewer live registers), then
+      // raw K/V[t+2] into the stages of t, whose chunks this thread has
+      // converted.
+      const uint32_t raw = static_cast<uint32_t>((t - w.t_begin) & 1) * Fp8Tile::kRawBytes;
+      cp_async_wait<1>();  // raw K[t+1] landed
+      if (t + 1 < w.t_end) Fp8Tile::convert(smem, rawK + (Fp8Tile::kRawBytes - raw), sK - sQ, tid, e4m3, false);
+      const int n2 = (t + 2) * Cfg::kBlockN;
+      if (t + 2 < w.t_end) load_k(rawK + raw, n2);
+      cp_async_commit();
+      if (t + 2 < w.t_end) load_v(rawV + raw, n2);
+      cp_async_commit();
+    }
   }
   cp_async_wait<0>();
   sm.finish();
-  Epilogue<T, Cfg>::run(p, w, o, sm, smem, warp, lane, tid);
+  // v_descale multiplies o (and a split's partial o, which the combine
+  // sums), never lse.
+  if (kFp8Kv && p.v_descale != nullptr) {
+    const float vd = descale_at(p.v_descale, p, w.b, w.hk);
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[ms][dt][e] *= vd;
+  }
+  Epilogue<T, Cfg>::run(p, w, o, sm, kFp8Kv ? score_log2 : p.score_log2, smem, warp, lane, tid);
 }
 
 }  // namespace fmha::cuda::sm80

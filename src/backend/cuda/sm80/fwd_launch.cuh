@@ -12,9 +12,9 @@
 
 namespace fmha::cuda::sm80 {
 
-template <class T, class Cfg, bool kScoreOps, SeqMode kMode>
+template <class T, bool kFp8Kv, class Cfg, ScoreOps kOps, SeqMode kMode>
 fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
-  const void* kernel = reinterpret_cast<const void*>(fwd_kernel<T, Cfg, kScoreOps, kMode>);
+  const void* kernel = reinterpret_cast<const void*>(fwd_kernel<T, kFp8Kv, Cfg, kOps, kMode>);
   static SmemOptIn opt_in;          // one per instantiation, i.e. per kernel
   static KernelLauncher launcher;   // likewise
   const fmha_status s = opt_in.ensure(kernel, Cfg::kSmemBytes, a.device, "cuda_sm80_tc forward");
@@ -24,28 +24,43 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
                          a.stream, args, "cuda_sm80_tc forward");
 }
 
-template <class T, class Cfg, SeqMode kMode>
+template <class T, bool kFp8Kv, class Cfg, SeqMode kMode>
 fmha_status launch_fwd_mode(const FwdParams& p, const LaunchArgs& a) {
-  return a.score_ops ? launch_fwd_kernel<T, Cfg, true, kMode>(p, a) : launch_fwd_kernel<T, Cfg, false, kMode>(p, a);
+  switch (a.ops) {
+    case ScoreOps::kNone: return launch_fwd_kernel<T, kFp8Kv, Cfg, ScoreOps::kNone, kMode>(p, a);
+    case ScoreOps::kSoftcap: return launch_fwd_kernel<T, kFp8Kv, Cfg, ScoreOps::kSoftcap, kMode>(p, a);
+    case ScoreOps::kAll:
+      // One kAll kernel per gather: a dense batch takes the contiguous one
+      // (without metadata its BlockWork resolves the same extents). The FP8
+      // K/V kernels have none (sm80_supports refuses their bias / ALiBi).
+      if constexpr (kFp8Kv) {
+        break;
+      } else {
+        constexpr SeqMode kAllMode = kMode == SeqMode::kPaged ? SeqMode::kPaged : SeqMode::kContiguous;
+        return launch_fwd_kernel<T, kFp8Kv, Cfg, ScoreOps::kAll, kAllMode>(p, a);
+      }
+  }
+  return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: no kernel for score ops %d", static_cast<int>(a.ops));
 }
 
 // One kernel per (score ops, layout): dense problems run the instantiation
 // that reads no sequence metadata, paged ones the one with the gather.
-template <class T, class Cfg>
+template <class T, bool kFp8Kv, class Cfg>
 fmha_status launch_fwd_config(const FwdParams& p, const LaunchArgs& a) {
   switch (a.mode) {
-    case SeqMode::kDense: return launch_fwd_mode<T, Cfg, SeqMode::kDense>(p, a);
-    case SeqMode::kContiguous: return launch_fwd_mode<T, Cfg, SeqMode::kContiguous>(p, a);
-    case SeqMode::kPaged: return launch_fwd_mode<T, Cfg, SeqMode::kPaged>(p, a);
+    case SeqMode::kDense: return launch_fwd_mode<T, kFp8Kv, Cfg, SeqMode::kDense>(p, a);
+    case SeqMode::kContiguous: return launch_fwd_mode<T, kFp8Kv, Cfg, SeqMode::kContiguous>(p, a);
+    case SeqMode::kPaged: return launch_fwd_mode<T, kFp8Kv, Cfg, SeqMode::kPaged>(p, a);
     default: return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: unknown operand layout %d", static_cast<int>(a.mode));
   }
 }
 
-template <class T, int kHeadDim>
+template <class T, int kHeadDim, bool kFp8Kv>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a) {
   using Tuning = Sm80Tuning<kHeadDim>;
-  const fmha_status s = a.narrow ? launch_fwd_config<T, typename Tuning::Narrow>(p, a)
-                                 : launch_fwd_config<T, typename Tuning::Wide>(p, a);
+  using Narrow = std::conditional_t<kFp8Kv, typename Tuning::NarrowFp8Kv, typename Tuning::Narrow>;
+  const fmha_status s = a.narrow ? launch_fwd_config<T, kFp8Kv, Narrow>(p, a)
+                                 : launch_fwd_config<T, kFp8Kv, typename Tuning::Wide>(p, a);
   if (s != FMHA_SUCCESS || p.num_splits == 1) return s;
   return launch_split_combine<T>(fwd_combine_params(p), a.stream);
 }

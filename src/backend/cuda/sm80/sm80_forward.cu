@@ -38,9 +38,10 @@ constexpr Shape shape_of() {
 }
 
 template <int kHeadDim>
-Shape shape_for(bool narrow) {
+Shape shape_for(bool narrow, bool fp8_kv) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
-  return narrow ? shape_of<typename Tuning::Narrow>() : shape_of<typename Tuning::Wide>();
+  if (!narrow) return shape_of<typename Tuning::Wide>();
+  return fp8_kv ? shape_of<typename Tuning::NarrowFp8Kv>() : shape_of<typename Tuning::Narrow>();
 }
 
 // The one place a run-time head dim becomes a template argument: calls
@@ -58,16 +59,28 @@ bool dispatch_head_dim(int64_t d, Fn&& fn) {
   }
 }
 
-// Calls fn(T{}, std::integral_constant<int, D>{}) (T the element type) for
-// the instantiated pair (dtype, d) and returns true, else returns false.
+// Calls fn(T{}, std::integral_constant<int, D>{}, std::bool_constant<
+// kFp8Kv>{}) (T q's element type; kFp8Kv: k/v FP8) for the instantiation
+// of p's (dtype, FP8 K/V or not, head dim) and returns true, else returns
+// false. Only the dtype combinations sm80_supports admits reach it.
 template <class Fn>
-bool dispatch_instance(fmha_dtype dtype, int64_t d, Fn&& fn) {
-#define FMHA_SM80_CASE_(E, T, D)                   \
-  if (dtype == E && d == D) {                      \
-    fn(T{}, std::integral_constant<int, D>{});     \
-    return true;                                   \
+bool dispatch_instance(const Problem& p, Fn&& fn) {
+  const fmha_dtype dtype = p.dtype;
+  const int64_t d = p.head_dim;
+  const bool fp8_kv = is_fp8(p.kv_dtype);
+#define FMHA_SM80_CASE_(E, T, D)                                          \
+  if (dtype == E && d == D && !fp8_kv) {                                  \
+    fn(T{}, std::integral_constant<int, D>{}, std::bool_constant<false>{}); \
+    return true;                                                          \
   }
   FMHA_SM80_INSTANCES(FMHA_SM80_CASE_)
+#undef FMHA_SM80_CASE_
+#define FMHA_SM80_CASE_(E, T, D)                                         \
+  if (dtype == E && d == D && fp8_kv) {                                  \
+    fn(T{}, std::integral_constant<int, D>{}, std::bool_constant<true>{}); \
+    return true;                                                         \
+  }
+  FMHA_SM80_FP8KV_INSTANCES(FMHA_SM80_CASE_)
 #undef FMHA_SM80_CASE_
   return false;
 }
@@ -76,8 +89,25 @@ bool head_dim_instantiated(int64_t d) {
   return dispatch_head_dim(d, [](auto) {});
 }
 
-bool instantiated(fmha_dtype dtype, int64_t d) {
-  return dispatch_instance(dtype, d, [](auto, auto) {});
+bool instantiated(const Problem& p) {
+  return dispatch_instance(p, [](auto, auto, auto) {});
+}
+
+// The dtype combinations of fmha.h 0.3 this family runs: q, k, v and o in
+// one dtype (F16 or BF16), or an FP8 KV cache (k/v F8E4M3 or F8E5M2) under
+// an F16/BF16 q with o in q's dtype. The registry row's dtype column holds
+// the union (FP8 included when an FP8 K/V instantiation is built); this
+// names what the column cannot: an FP8 q, o in another dtype. Descales
+// run with FP8 K/V only: the 16-bit instantiations sit at 255 registers,
+// where holding the factor spilled (fwd_kernel.cuh).
+const char* dtype_combination_refused(const Problem& p) {
+  if (is_fp8(p.dtype)) return "FP8 q is not run (q must be F16 or BF16; FP8 K/V under an F16/BF16 q is)";
+  if (p.o_dtype != p.dtype) return "o in another dtype than q is not run (o must be q's dtype)";
+  if (p.kv_dtype != p.dtype && !is_fp8(p.kv_dtype)) return "k/v in another 16-bit dtype than q is not run";
+  if (p.has_descale() && !is_fp8(p.kv_dtype)) return "does not support descales with 16-bit K/V (only with FP8 K/V)";
+  if (is_fp8(p.kv_dtype) && (p.has_bias() || p.alibi_slopes != nullptr))
+    return "does not run a bias or ALiBi with FP8 K/V (cuda_generic does)";
+  return nullptr;
 }
 
 // How one problem runs: tile, packing, grid, splits. supports, workspace and
@@ -95,7 +125,7 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const int64_t pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow);
+    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype));
   });
   if (!instantiated) return plan;
   plan.grid = fwd_grid(p, pack, plan.shape.block_m);
@@ -110,7 +140,10 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
 const char* sm80_supports(const Problem& p, const DeviceInfo& dev) {
   if (!head_dim_instantiated(p.head_dim))
     return "head_dim not instantiated (this build of the sm80 family runs " FMHA_SM80_HEAD_DIM_TEXT ")";
-  if (!instantiated(p.dtype, p.head_dim)) return "this (dtype, head_dim) pair is not instantiated in this build";
+  if (const char* r = dtype_combination_refused(p)) return r;
+  if (!instantiated(p))
+    return is_fp8(p.kv_dtype) ? "FP8 K/V at this (q dtype, head_dim) is not instantiated in this build"
+                              : "this (dtype, head_dim) pair is not instantiated in this build";
   if (p.seq_q > kMaxFwdSeq || p.seq_k > kMaxFwdSeq) return "sequence too long for int32 positions";
   const Plan plan = make_plan(p, dev);
   if (dev.smem_per_block_optin < static_cast<size_t>(plan.shape.smem))
@@ -133,9 +166,9 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   if (!plan.ok)
     return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: head_dim=%lld not instantiated",
                 static_cast<long long>(p.head_dim));
-  if (!instantiated(p.dtype, p.head_dim))
-    return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: dtype %s, head_dim=%lld not instantiated", dtype_name(p.dtype),
-                static_cast<long long>(p.head_dim));
+  if (!instantiated(p))
+    return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: dtype %s, k/v dtype %s, head_dim=%lld not instantiated",
+                dtype_name(p.dtype), dtype_name(p.kv_dtype), static_cast<long long>(p.head_dim));
   const size_t need = fwd_partials_bytes(p, plan.grid);
   if (ctx.workspace_bytes < need)
     return fail(FMHA_ERROR_WORKSPACE_TOO_SMALL, "cuda_sm80_tc needs %zu bytes of workspace", need);
@@ -146,7 +179,11 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   sm80::LaunchArgs a;
   a.blocks = plan.grid.blocks();
   a.narrow = plan.narrow;
-  a.score_ops = p.softcap != 0.f || p.has_bias() || p.alibi_slopes != nullptr;
+  // Descales take no kAll kernel here: the FP8 K/V kernels fold them in
+  // (and only they run them).
+  a.ops = p.has_bias() || p.alibi_slopes != nullptr ? ScoreOps::kAll
+          : p.softcap != 0.f                        ? ScoreOps::kSoftcap
+                                                    : ScoreOps::kNone;
   a.mode = seq_mode(p.layout);
   if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   a.device = dev.ordinal;
@@ -154,8 +191,8 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   FMHA_PROFILE_STAGE(kFwdParams);
 
   fmha_status status = FMHA_ERROR_INTERNAL;
-  dispatch_instance(p.dtype, p.head_dim, [&](auto type, auto head_dim) {
-    status = sm80::launch_fwd<decltype(type), decltype(head_dim)::value>(f, a);
+  dispatch_instance(p, [&](auto type, auto head_dim, auto fp8_kv) {
+    status = sm80::launch_fwd<decltype(type), decltype(head_dim)::value, decltype(fp8_kv)::value>(f, a);
   });
   FMHA_PROFILE_STAGE(kFwdLaunch);
   return status;  // instantiated() above already refused pairs without an instantiation

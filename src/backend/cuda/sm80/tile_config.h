@@ -63,6 +63,14 @@ struct TileConfig {
 //   Decode FP16 Hq=32 Hk=8 D=128: Nk=4096 16.7 us, 32768 47 us, 131072
 //   0.137-0.140 ms (FA2 18, 47-59 us, 0.151 ms; 131072 streams K/V at
 //   91-93% of the measured 4.2 TB/s copy bandwidth).
+// NarrowFp8Kv: the narrow tile of an FP8 KV cache (the kFp8Kv
+//   instantiations). Converting FP8 to 16 bits costs about 36 instructions
+//   per 16-byte chunk (BF16 q), too many for one warp per CTA to keep pace
+//   with the copy rate; so four warps share the loads and conversions of
+//   each key tile, and only warps that own a valid row run the MMAs and the
+//   softmax (a decode unit of <= 32 rows: warps 0-1). The same kBlockN, two
+//   CTAs per SM. Not yet measured (prediction in docs/performance.md);
+//   `using NarrowFp8Kv = Narrow;` restores the one-warp tile.
 template <int kHeadDim>
 struct Sm80Tuning;
 
@@ -70,36 +78,42 @@ template <>
 struct Sm80Tuning<32> {
   using Wide = TileConfig<32, 128, 128, 4, 2>;
   using Narrow = TileConfig<32, 16, 128, 1, 3>;
+  using NarrowFp8Kv = TileConfig<32, 64, 128, 4, 2>;
 };
 
 template <>
 struct Sm80Tuning<64> {
   using Wide = TileConfig<64, 128, 128, 4, 2>;
   using Narrow = TileConfig<64, 16, 128, 1, 3>;
+  using NarrowFp8Kv = TileConfig<64, 64, 128, 4, 2>;
 };
 
 template <>
 struct Sm80Tuning<96> {
   using Wide = TileConfig<96, 128, 64, 4, 2>;
   using Narrow = TileConfig<96, 16, 64, 1, 3>;
+  using NarrowFp8Kv = Narrow;  // no FP8 K/V instantiation: 96-byte rows are not whole 16-byte chunk passes
 };
 
 template <>
 struct Sm80Tuning<128> {
   using Wide = TileConfig<128, 128, 64, 4, 2>;
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
+  using NarrowFp8Kv = TileConfig<128, 64, 64, 4, 2>;
 };
 
 template <>
 struct Sm80Tuning<256> {
   using Wide = TileConfig<256, 128, 64, 8, 1>;
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
+  using NarrowFp8Kv = TileConfig<256, 64, 32, 4, 2>;
 };
 
 // Every instantiated head dim (the build's list, FMHA_SM80_INSTANCES) has
 // its tuning, keyed by the right head dim.
 #define FMHA_SM80_TUNED_(D)                                                                        \
-  static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D, \
+  static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D &&   \
+                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D,                                  \
                 "Sm80Tuning<" #D "> is missing or mis-keyed");
 FMHA_SM80_HEAD_DIMS(FMHA_SM80_TUNED_)
 #undef FMHA_SM80_TUNED_

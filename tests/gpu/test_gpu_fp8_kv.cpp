@@ -1,0 +1,253 @@
+// An FP8 KV cache on cuda_sm80_tc (fmha.h 0.3, issue 14): q in F16 or BF16
+// with K/V in F8E4M3 or F8E5M2, o in q's dtype, with q/k/v descales, forced
+// by name (and on the automatic choice, which must pick a kernel that runs
+// it), against the float64 reference on the dequantized inputs
+// (common/serving_case.h: poisoned o, lse and workspace; NaN-filled keys and
+// pages that no sequence owns must stay out of every answer). Decode (Nq =
+// 1..8 per sequence, GQA-packed into the narrow tile) with forced key
+// splits, causal prefill on the wide tile, dense, seqused_k, ragged and
+// paged layouts; negative k descales. Then what the family still refuses,
+// with the reason explain gives: an FP8 q, o in another dtype than q,
+// descales with 16-bit K/V.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "common/random.h"
+#include "common/serving_case.h"
+#include "gpu/gpu_support.h"
+
+namespace {
+
+using fmha_gpu_test::CudaMemory;
+using fmha_gpu_test::GpuHandle;
+using fmha_test::KvLayout;
+using fmha_test::PageStorage;
+using fmha_test::QLayout;
+using fmha_test::ServingCase;
+
+constexpr fmha_dtype kQTypes[] = {FMHA_DTYPE_F16, FMHA_DTYPE_BF16};
+constexpr fmha_dtype kKvTypes[] = {FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F8E5M2};
+
+ServingCase fp8_case(fmha_dtype q, fmha_dtype kv, int64_t hq, int64_t hk, int64_t d) {
+  ServingCase c;
+  c.dtype = q;
+  c.kv_dtype = kv;
+  c.heads_q = hq;
+  c.heads_kv = hk;
+  c.head_dim = d;
+  c.q_descale = c.k_descale = c.v_descale = true;  // factors in [0.5, 2)
+  return c;
+}
+
+// The automatic choice's explain text of the params a run is given (its
+// device pointers), taken through PreparedServingCase::run's edit hook.
+fmha_handle g_explain_handle = nullptr;
+std::string g_explain;
+void capture_explain(fmha_forward_params* p) {
+  const char* forced = p->kernel;
+  p->kernel = nullptr;
+  char buf[4096];
+  fmha_forward_explain(g_explain_handle, p, buf, sizeof buf);
+  g_explain = buf;
+  p->kernel = forced;
+}
+
+// `c` on cuda_sm80_tc forced (for each split count) and on the automatic
+// choice.
+void run_case(fmha_handle h, CudaMemory& mem, const ServingCase& c, const std::vector<int32_t>& splits, int* ran) {
+  INFO("case " << c.name());
+  const fmha_test::PreparedServingCase pc(c);
+  for (int32_t s : splits) {
+    fmha_test::RunOptions opt;
+    opt.kernel = "cuda_sm80_tc";
+    opt.num_splits = s;
+    const fmha_test::CaseResult r = pc.run(h, mem, opt);
+    if (r.unsupported()) {
+      // Only a build without this FP8 K/V instantiation may decline.
+      CHECK_MESSAGE(r.message.find("not instantiated") != std::string::npos, r.report());
+      return;
+    }
+    CHECK_MESSAGE(r.ok(), "num_splits=" << s << "\n" << r.report());
+    ++*ran;
+  }
+  fmha_test::RunOptions opt;  // automatic: some kernel runs it, correctly
+  const fmha_test::CaseResult r = pc.run(h, mem, opt);
+  CHECK_MESSAGE(r.ok(), "automatic\n" << r.report());
+}
+
+void run_group(const char* group, const std::vector<ServingCase>& cases, const std::vector<int32_t>& splits) {
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  CudaMemory mem;
+  const size_t stride = static_cast<size_t>(fmha_gpu_test::quick_stride());
+  int ran = 0, n = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (i % stride != 0) continue;
+    run_case(h.get(), mem, cases[i], splits, &ran);
+    ++n;
+  }
+  MESSAGE(group << ": " << n << " cases, " << ran << " forced cuda_sm80_tc runs");
+  CHECK(ran > 0);  // the default build instantiates every (q dtype, head dim) used here
+}
+
+}  // namespace
+
+TEST_CASE("sm80 FP8 K/V: decode, GQA-packed, dense / seqused_k / paged, key splits forced") {
+  std::vector<ServingCase> cases;
+  int n = 0;
+  for (fmha_dtype qt : kQTypes)
+    for (fmha_dtype kv : kKvTypes) {
+      // Nq = 1, GQA 8/2, dense K/V of one length (the dense instantiation).
+      ServingCase c = fp8_case(qt, kv, 8, 2, 128);
+      c.q_layout = QLayout::kDense;
+      c.len_q = {1, 1};
+      c.len_k = {1000, 1000};
+      cases.push_back(c);
+      // Nq = 1, seqused_k over a dense cache: lengths 0, 1, a partial tile.
+      c.len_q = {1, 1, 1, 1, 1};
+      c.len_k = {300, 0, 1, 77, 1030};
+      c.seqused_k = true;
+      cases.push_back(c);
+      // Nq = 4 and 8 causal (bottom-right: the last query sees every key),
+      // GQA 32/8 and 4/1 (MQA-like), head dims 64 and 256.
+      c = fp8_case(qt, kv, n % 2 ? 32 : 4, n % 2 ? 8 : 1, n % 2 ? 64 : 256);
+      c.q_layout = QLayout::kDense;
+      c.len_q = {4, 4};
+      c.len_k = {257, 1000};
+      c.seqused_k = true;
+      c.mask_flags = FMHA_MASK_CAUSAL;
+      cases.push_back(c);
+      c.len_q = {8, 8, 8};
+      c.len_k = {8, 129, 700};
+      c.mask_flags = n % 2 ? FMHA_MASK_CAUSAL_TOP_LEFT : FMHA_MASK_CAUSAL;
+      c.window_left = n % 2 ? -1 : 100;
+      cases.push_back(c);
+      // Paged: page sizes that put a tile in one page (64, 256) and ones
+      // that do not (16, 1), both storages, shuffled pages.
+      for (int64_t ps : {16, 64, 256, 1}) {
+        c = fp8_case(qt, kv, 8, 2, 128);
+        c.q_layout = QLayout::kDense;
+        c.kv_layout = KvLayout::kPaged;
+        c.page_size = ps;
+        c.storage = ps == 64 || ps == 1 ? PageStorage::kTokenMajor : PageStorage::kHeadMajor;
+        c.len_q = {1, 1, 1, 1};
+        c.len_k = {ps == 1 ? 300 : 2100, 0, 1, 333};
+        c.q_descale = n % 2 == 0;  // some with k/v descales only
+        cases.push_back(c);
+      }
+      // Ragged decode queries (Nq 1..5) over packed keys.
+      c = fp8_case(qt, kv, 8, 2, 128);
+      c.q_layout = QLayout::kRagged;
+      c.kv_layout = KvLayout::kRagged;
+      c.len_q = {1, 5, 2, 3};
+      c.len_k = {64, 513, 3, 190};
+      c.mask_flags = FMHA_MASK_CAUSAL;
+      cases.push_back(c);
+      ++n;
+    }
+  run_group("fp8 kv decode", cases, {1, 0, 3, 16});
+}
+
+TEST_CASE("sm80 FP8 K/V: prefill on the wide tile, causal, windows, softcap, ragged") {
+  std::vector<ServingCase> cases;
+  int n = 0;
+  for (fmha_dtype qt : kQTypes)
+    for (fmha_dtype kv : kKvTypes)
+      for (int64_t d : {64, 128, 256}) {
+        // Dense causal GQA prefill, Nq = Nk past several 128-row tiles.
+        ServingCase c = fp8_case(qt, kv, 4, 2, d);
+        c.q_layout = QLayout::kDense;
+        c.len_q = {300, 300};
+        c.len_k = {300, 300};
+        c.mask_flags = n % 2 ? FMHA_MASK_CAUSAL : FMHA_MASK_CAUSAL_TOP_LEFT;
+        cases.push_back(c);
+        // Ragged q and k: lengths 0, 1, tile edges, Nq > Nk; a window, and
+        // softcap every other case (the descale then scales softcap's input).
+        c.q_layout = QLayout::kRagged;
+        c.kv_layout = KvLayout::kRagged;
+        c.len_q = {5, 0, 70, 129, 33};
+        c.len_k = {5, 7, 40, 200, 0};
+        c.mask_flags = FMHA_MASK_CAUSAL;
+        c.window_left = n % 3 == 0 ? 24 : -1;
+        c.softcap = n % 2 ? 0.f : 4.f;
+        cases.push_back(c);
+        // Paged prefill (queries past the narrow tile's 32 rows).
+        c.kv_layout = KvLayout::kPaged;
+        c.page_size = 32;
+        c.len_q = {40, 97};
+        c.len_k = {180, 97};
+        c.window_left = -1;
+        cases.push_back(c);
+        ++n;
+      }
+  run_group("fp8 kv prefill", cases, {1, 0, 4});
+}
+
+TEST_CASE("sm80 FP8 K/V: negative k descales (the scores' sign flips), with and without softcap") {
+  std::vector<ServingCase> cases;
+  for (fmha_dtype qt : kQTypes)
+    for (float cap : {0.f, 5.f}) {
+      ServingCase c = fp8_case(qt, FMHA_DTYPE_F8E4M3, 8, 2, 128);
+      c.negative_k_descale = true;
+      c.softcap = cap;
+      c.q_layout = QLayout::kDense;
+      c.len_q = {1, 1, 1};
+      c.len_k = {700, 3, 64};
+      c.seqused_k = true;
+      cases.push_back(c);  // decode (narrow tile)
+      c.len_q = {150, 150};
+      c.len_k = {150, 150};
+      c.seqused_k = false;
+      c.mask_flags = FMHA_MASK_CAUSAL;
+      cases.push_back(c);  // prefill (wide tile)
+    }
+  run_group("fp8 kv negative descales", cases, {1, 3});
+}
+
+TEST_CASE("sm80 FP8 K/V: what the family refuses names the reason") {
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  CudaMemory mem;
+  ServingCase c = fp8_case(FMHA_DTYPE_BF16, FMHA_DTYPE_F8E4M3, 8, 2, 128);
+  c.q_layout = QLayout::kDense;
+  c.len_q = {1, 1};
+  c.len_k = {100, 100};
+  struct Refusal {
+    const char* name;
+    fmha_dtype q, kv, o;
+    const char* reason;
+    const char* other;  // what a build without an F16 instantiation says instead
+  };
+  const Refusal refusals[] = {
+      {"o in F32", FMHA_DTYPE_BF16, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F32, "does not run dtype F32", nullptr},
+      {"o in F16 under a BF16 q", FMHA_DTYPE_BF16, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F16,
+       "o in another dtype than q is not run", "does not run dtype F16"},
+      {"an FP8 q", FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F8E4M3, FMHA_DTYPE_BF16, "FP8 q is not run", nullptr},
+      {"descales with BF16 K/V", FMHA_DTYPE_BF16, FMHA_DTYPE_BF16, FMHA_DTYPE_BF16,
+       "does not support descales with 16-bit K/V", nullptr},
+  };
+  g_explain_handle = h.get();
+  for (const Refusal& x : refusals) {
+    CAPTURE(x.name);
+    c.dtype = x.q;
+    c.kv_dtype = x.kv;
+    c.o_dtype = x.o;
+    const fmha_test::PreparedServingCase pc(c);
+    fmha_test::RunOptions opt;
+    opt.kernel = "cuda_sm80_tc";
+    g_explain.clear();
+    const fmha_test::CaseResult r = pc.run(h.get(), mem, opt, capture_explain);
+    CHECK_MESSAGE(r.unsupported(), r.report());
+    auto names = [&](const std::string& text, const std::string& prefix) {
+      return text.find(prefix + x.reason) != std::string::npos ||
+             (x.other != nullptr && text.find(prefix + x.other) != std::string::npos);
+    };
+    CHECK_MESSAGE(names(r.message, "cannot run this problem: "), r.message);
+    CHECK_MESSAGE(names(g_explain, "passed over cuda_sm80_tc: "), g_explain);
+  }
+  g_explain_handle = nullptr;
+}
