@@ -252,8 +252,9 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
 }
 
 // kOps: the score transforms this instantiation compiles (common/
-// fwd_params.h: none, softcap alone, or all of them, each then under a
-// run-time uniform branch); the plain path carries no code for them.
+// fwd_params.h; the family builds kNone and kAll, whose softcap, bias, ALiBi
+// and descales each run under a run-time uniform branch); the plain path
+// carries no code for them.
 // kServing: ragged, seqused_k and paged batches (TileWork).
 template <class T, class Cfg, ScoreOps kOps, bool kServing>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
