@@ -27,18 +27,10 @@ summary="$out/summary.txt"
 status=0
 command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
 
-note() { echo "$*" | tee -a "$summary"; }
-step() {
-  local name=$1 log=$2
-  shift 2
-  local t0=$SECONDS
-  echo "== $(date -u +%H:%M:%S) $name: $*" >"$log"
-  timeout 900 "$@" >>"$log" 2>&1
-  local rc=$?
-  note "$(printf '%-18s rc=%-3s %5ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(basename "$log")")"
-  grep -E "ERROR:|\[doctest\] (test cases|assertions)" "$log" | head -20 | sed 's/^/    /' | tee -a "$summary"
-  return $rc
-}
+# shellcheck source=tools/device/steps.sh
+. "$root/tools/device/steps.sh"
+STEP_TIMEOUT=900
+STEP_PATTERN='ERROR:|\[doctest\] (test cases|assertions)'
 
 note "issue14_api.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 step configure "$out/configure.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -43,19 +43,10 @@ summary="$out/summary.txt"
 status=0
 command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
 
-note() { echo "$*" | tee -a "$summary"; }
-step() {
-  local name=$1 log=$2
-  shift 2
-  local t0=$SECONDS
-  echo "== $(date -u +%H:%M:%S) $name: $*" >"$log"
-  timeout 1200 "$@" >>"$log" 2>&1
-  local rc=$?
-  note "$(printf '%-18s rc=%-3s %5ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(basename "$log")")"
-  grep -E "ERROR:|ERROR SUMMARY|\[doctest\] (test cases|assertions)|numerics (matrix|tiles):" "$log" | head -20 |
-    sed 's/^/    /' | tee -a "$summary"
-  return $rc
-}
+# shellcheck source=tools/device/steps.sh
+. "$root/tools/device/steps.sh"
+STEP_TIMEOUT=1200
+STEP_PATTERN='ERROR:|ERROR SUMMARY|\[doctest\] (test cases|assertions)|numerics (matrix|tiles):'
 
 steps=" ${*:-build numerics handle fuzz test_gpu memcheck resources bench} "
 want() { [[ "$steps" == *" $1 "* ]]; }

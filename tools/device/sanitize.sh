@@ -44,21 +44,10 @@ summary="$out/summary.txt"
 status=0
 command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
 
-note() { echo "$*" | tee -a "$summary"; }
-# step NAME LOG CMD...: runs CMD (output to LOG) under a timeout and notes
-# its exit code, duration and the lines that count.
-step() {
-  local name=$1 log=$2
-  shift 2
-  local t0=$SECONDS
-  echo "== $(date -u +%H:%M:%S) $name: $*" >"$log"
-  timeout "$tmo" "$@" >>"$log" 2>&1
-  local rc=$?
-  note "$(printf '%-22s rc=%-3s %5ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(basename "$log")")"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|fuzz_replay[_a-z]*:|fuzz_metadata_cuda: [0-9]|\[doctest\] (test cases|assertions)" "$log" |
-    sed 's/^/    /' | tee -a "$summary"
-  return $rc
-}
+# shellcheck source=tools/device/steps.sh
+. "$root/tools/device/steps.sh"
+STEP_TIMEOUT=$tmo
+STEP_PATTERN='ERROR SUMMARY|RACECHECK SUMMARY|fuzz_replay[_a-z]*:|fuzz_metadata_cuda: [0-9]|\[doctest\] (test cases|assertions)'
 
 note "sanitize.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')," \
      "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"

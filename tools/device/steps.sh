@@ -1,0 +1,23 @@
+# The step runner the device scripts share (sourced, not run): note and
+# step, appending to "$summary".
+#
+#   step NAME LOG CMD...   runs CMD under a timeout with its output in LOG,
+#                          notes the exit code, the duration and the lines
+#                          of LOG that count; returns CMD's exit code
+#
+# The sourcing script may set STEP_TIMEOUT (seconds, default 900),
+# STEP_PATTERN (an extended regex of the lines that count; default the
+# doctest totals and errors) and STEP_LINES (how many of them, default 30).
+note() { echo "$*" | tee -a "$summary"; }
+step() {
+  local name=$1 log=$2
+  shift 2
+  local t0=$SECONDS
+  echo "== $(date -u +%H:%M:%S) $name: $*" >"$log"
+  timeout "${STEP_TIMEOUT:-900}" "$@" >>"$log" 2>&1
+  local rc=$?
+  note "$(printf '%-22s rc=%-3s %5ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(basename "$log")")"
+  grep -E "${STEP_PATTERN:-ERROR:|\[doctest\] (test cases|assertions)}" "$log" | head -n "${STEP_LINES:-30}" |
+    sed 's/^/    /' | tee -a "$summary"
+  return $rc
+}
