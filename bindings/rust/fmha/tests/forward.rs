@@ -6,27 +6,8 @@ use fmha::{
     TensorView, TensorViewMut, F16,
 };
 
-/// xorshift64*: deterministic test data without a crates registry.
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Standard normal (Box-Muller).
-    fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform().max(1e-300), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-    }
-
-    fn vec<T: Element>(&mut self, n: usize) -> Vec<T> {
-        (0..n).map(|_| T::from_f32(self.normal() as f32)).collect()
-    }
-}
+mod common;
+use common::Rng;
 
 #[derive(Clone, Copy, Debug)]
 struct Case {
