@@ -22,7 +22,9 @@
 //   - FP8 values (2-3 mantissa bits, within BF16's exponent range) and
 //     BF16 values are exact in one plane.
 // So a product takes one term (hi.hi) plus one per operand that has a lo
-// plane: BF16 data one, F16 data three.
+// plane: BF16 data one, F16 data three. An inf or NaN keeps lo = 0 (split),
+// so a cross term can meet 0 * inf = NaN where the product is +-inf; the
+// caller recomputes such sums (cpu_attention.cpp, amx_fix_scores).
 //
 // Layouts (element indices, BF16 values as uint16):
 //   A operand (left, m x depth): row-major, A[i][d] at i * lda + d.

@@ -238,6 +238,35 @@ int64_t partial_bytes(const Problem& p, const Plan& plan) {
   return round_up(plan.rows * (p.head_dim + 2) * static_cast<int64_t>(sizeof(float)), kAlignBytes);
 }
 
+// ---- amx path helpers ----------------------------------------------------------
+
+#if FMHA_CPU_AMX
+// The amx path's scores where Q or K holds an inf or NaN. amx::split keeps
+// such a value in its hi plane with lo = 0, so a cross term (q lo . k hi,
+// q hi . k lo) meets 0 * inf = NaN where the product q . k is +-inf (a -inf
+// logit is a key of weight 0, fmha.h "Non-finite data"). Only a NaN sum can
+// be such a case (the cross terms of finite values are finite): each is
+// recomputed here as the FP32 sum of the products of the values hi + lo
+// (exact for F16 and BF16 values, and the value itself for an inf or NaN),
+// as the FP32 path sums them. S and Q are rows of lds and DP elements, K
+// in VNNI form (cpu_amx.h) with lds columns.
+void amx_fix_scores(const uint16_t* q_hi, const uint16_t* q_lo, bool q_split, const uint16_t* k_hi,
+                    const uint16_t* k_lo, bool k_split, int64_t DP, int64_t lds, float* s, int64_t nr, int64_t bc) {
+  auto value = [](const uint16_t* hi, const uint16_t* lo, bool split, int64_t at) {
+    return split ? bf16_to_float(hi[at]) + bf16_to_float(lo[at]) : bf16_to_float(hi[at]);
+  };
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t j = 0; j < bc; ++j) {
+      float* sr = s + r * lds + j;
+      if (!std::isnan(*sr)) continue;
+      float sum = 0.f;
+      for (int64_t d = 0; d < DP; ++d)
+        sum += value(q_hi, q_lo, q_split, r * DP + d) * value(k_hi, k_lo, k_split, amx::vnni_at(d, j, lds));
+      *sr = sum;
+    }
+}
+#endif
+
 // ---- per-thread scratch -----------------------------------------------------
 
 // Offsets (bytes, each kAlignBytes-aligned) of the arrays in one thread's
@@ -1101,6 +1130,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const int64_t g = b * p.heads_kv + hk;
   const float qk_scale = p.scale * (p.q_descale != nullptr ? p.q_descale[g] : 1.f) *
                          (p.k_descale != nullptr ? p.k_descale[g] : 1.f);
+  // amx: some Q element of the block is an inf or NaN (see amx_fix_scores).
+  [[maybe_unused]] uint32_t q_nonfinite = 0;
   {
     const Operand& q = p.q;
     const char* q_data = static_cast<const char*>(q.data);
@@ -1112,7 +1143,10 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         uint16_t* ql = q_lo + r * DP;
         if (r < nr) {
           load_row<kIsa>(q_data + sq.row_at(q, h_of(r), i_of(r)) * dtype_size(dt), q.stride[3], D, dt, row);
-          for (int64_t d = 0; d < D; ++d) amx::split(row[d], qh + d, ql + d);
+          for (int64_t d = 0; d < D; ++d) {
+            amx::split(row[d], qh + d, ql + d);
+            q_nonfinite |= (qh[d] & 0x7f80u) == 0x7f80u;
+          }
         }
         for (int64_t d = r < nr ? D : 0; d < DP; ++d) qh[d] = ql[d] = 0;
       }
@@ -1213,6 +1247,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // memory (perf: a third of the time on the first use of each load).
     const int64_t next_bc = t + 1 < tiles.t_end ? std::min((t + 2) * KT, block_hi) - (t + 1) * KT : 0;
     const bool prefetch = k.stride[3] == 1 && v.stride[3] == 1;
+    [[maybe_unused]] uint32_t k_nonfinite = 0;  // amx: some K element of the tile is an inf or NaN
     for (int64_t j = 0; j < bc; ++j) {
       if (prefetch && j < next_bc) {
         const int64_t jn = (t + 1) * KT + j;
@@ -1258,6 +1293,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         const int64_t KK = L.keys;
         for (int64_t pr = 0; pr < DP / 2; ++pr)
           std::memcpy(k_hi + 2 * (pr * KK + j), stage_k_hi + 2 * pr, 2 * sizeof(uint16_t));
+        for (int64_t d = 0; d < D; ++d) k_nonfinite |= (stage_k_hi[d] & 0x7f80u) == 0x7f80u;
         if (kv_split)
           for (int64_t pr = 0; pr < DP / 2; ++pr)
             std::memcpy(k_lo + 2 * (pr * KK + j), stage_k_lo + 2 * pr, 2 * sizeof(uint16_t));
@@ -1333,6 +1369,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       if (q_split) terms[nt++] = {q_lo, k_hi};
       if (kv_split) terms[nt++] = {q_hi, k_lo};
       amx::gemm_amx(terms, nt, DP, L.keys, s, L.keys, np, kp, DP, false);
+      if (nt > 1 && (q_nonfinite | k_nonfinite))
+        amx_fix_scores(q_hi, q_lo, q_split, k_hi, k_lo, kv_split, DP, L.keys, s, nr, bc);
       for (int64_t r = 0; r < nr; ++r)
         for (int64_t j = 0; j < bc; ++j) s[r * L.keys + j] *= qk_scale;
       softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
