@@ -13,19 +13,19 @@
 #include <string>
 #include <vector>
 
+#include "cpu_f32_problem.h"
+
 namespace {
 
 // A valid dense F32 problem: q/o [B, Hq, Nq, D], k/v [B, Hk, Nk, D].
-struct Numerics {
+struct Numerics : fmha_api_test::CpuF32Problem {
   static constexpr int64_t B = 2, Hq = 4, Hk = 2, Nq = 5, Nk = 7, D = 16;
-  std::vector<float> q, k, v, o, lse, bias, descale, slopes;
-  std::vector<unsigned char> workspace;
-  fmha_handle h = nullptr;
-  fmha_forward_params p;
+  std::vector<float> q, k, v, bias, descale, slopes;
 
   Numerics()
-      : q(B * Hq * Nq * D), k(B * Hk * Nk * D), v(k.size()), o(q.size()), lse(B * Hq * Nq), bias(Nq * Nk),
-        descale(B * Hk), slopes(B * Hq) {
+      : q(B * Hq * Nq * D), k(B * Hk * Nk * D), v(k.size()), bias(Nq * Nk), descale(B * Hk), slopes(B * Hq) {
+    o.assign(q.size(), 0.f);
+    lse.assign(B * Hq * Nq, 0.f);
     uint32_t x = 29u;
     auto next = [&] { return (x = x * 1664525u + 1013904223u, static_cast<float>(x >> 8) / 16777216.f - .5f); };
     for (auto* t : {&q, &k, &v, &bias})
@@ -33,8 +33,6 @@ struct Numerics {
     for (float& e : descale) e = 1.f + next();
     for (float& e : slopes) e = 0.25f + next() * 0.1f;
     poison();
-    REQUIRE(fmha_create(&h, FMHA_DEVICE_CPU, 0) == FMHA_SUCCESS);
-    fmha_forward_params_init(&p);
     view(&p.q, q.data(), Hq, Nq);
     view(&p.k, k.data(), Hk, Nk);
     view(&p.v, v.data(), Hk, Nk);
@@ -42,15 +40,9 @@ struct Numerics {
     p.lse = lse.data();
     workspace.assign(1 << 20, 0);
   }
-  ~Numerics() { fmha_destroy(h); }
 
   static void view(fmha_tensor* t, void* data, int64_t heads, int64_t n) {
-    t->data = data;
-    t->dtype = FMHA_DTYPE_F32;
-    const int64_t dims[4] = {B, heads, n, D};
-    const int64_t strides[4] = {heads * n * D, n * D, D, 1};
-    std::memcpy(t->dims, dims, sizeof dims);
-    std::memcpy(t->strides, strides, sizeof strides);
+    CpuF32Problem::view(t, data, B, heads, n, D);
   }
   // The [1, 1, Nq, Nk] bias, a mask shared by the batch.
   void set_bias() {
@@ -59,33 +51,6 @@ struct Numerics {
     const int64_t dims[4] = {1, 1, Nq, Nk}, strides[4] = {0, 0, Nk, 1};
     std::memcpy(p.bias.dims, dims, sizeof dims);
     std::memcpy(p.bias.strides, strides, sizeof strides);
-  }
-  void poison() {
-    for (float& e : o) e = std::nanf("");
-    for (float& e : lse) e = std::nanf("");
-  }
-  void* ws() { return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(workspace.data()) + 63) & ~uintptr_t{63}); }
-  size_t ws_bytes() const { return workspace.size() - 64; }
-  fmha_status run(const fmha_forward_params* params = nullptr) {
-    return fmha_forward(h, params ? params : &p, ws(), ws_bytes());
-  }
-  bool untouched() const {
-    for (float e : o)
-      if (!std::isnan(e)) return false;
-    for (float e : lse)
-      if (!std::isnan(e)) return false;
-    return true;
-  }
-  void expect_failure(const char* needle) {
-    poison();
-    CHECK(run() == FMHA_ERROR_INVALID_ARGUMENT);
-    const std::string msg = fmha_last_error_message();
-    CHECK_MESSAGE(msg.find(needle) != std::string::npos, "message: ", msg, " | expected: ", needle);
-    CHECK(untouched());
-    size_t bytes = 0;
-    CHECK(fmha_forward_workspace_size(h, &p, &bytes) == FMHA_ERROR_INVALID_ARGUMENT);
-    char buf[256];
-    CHECK(fmha_forward_explain(h, &p, buf, sizeof buf) == FMHA_ERROR_INVALID_ARGUMENT);
   }
 };
 

@@ -10,26 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "cpu_f32_problem.h"
+
 namespace {
 
 // A valid problem with packed queries over a paged cache: 3 sequences,
 // q/o [1, Hq, 20, D], k/v [6 pages, Hk, 8, D], block table 3 x 4.
-struct Serving {
+struct Serving : fmha_api_test::CpuF32Problem {
   static constexpr int64_t Hq = 4, Hk = 2, D = 16, Tq = 20, Pages = 6, Ps = 8, Stride = 4;
-  std::vector<float> q, k, v, o, lse;
+  std::vector<float> q, k, v;
   std::vector<int32_t> cu_q{0, 5, 5, 20}, used{9, 0, 30}, table{1, 4, 0, 0, 2, 2, 2, 2, 5, 3, 0, 1};
-  std::vector<unsigned char> workspace;
-  fmha_handle h = nullptr;
-  fmha_forward_params p;
 
-  Serving() : q(Hq * Tq * D), k(Pages * Hk * Ps * D), v(k.size()), o(q.size()), lse(Hq * Tq) {
+  Serving() : q(Hq * Tq * D), k(Pages * Hk * Ps * D), v(k.size()) {
+    o.assign(q.size(), 0.f);
+    lse.assign(Hq * Tq, 0.f);
     uint32_t x = 11u;
     auto next = [&] { return (x = x * 1664525u + 1013904223u, static_cast<float>(x >> 8) / 16777216.f - .5f); };
     for (auto* t : {&q, &k, &v})
       for (float& e : *t) e = next();
     poison();
-    REQUIRE(fmha_create(&h, FMHA_DEVICE_CPU, 0) == FMHA_SUCCESS);
-    fmha_forward_params_init(&p);
     view(&p.q, q.data(), 1, Hq, Tq);
     view(&p.k, k.data(), Pages, Hk, Ps);
     view(&p.v, v.data(), Pages, Hk, Ps);
@@ -45,40 +44,9 @@ struct Serving {
     REQUIRE_MESSAGE(fmha_forward_workspace_size(h, &p, &bytes) == FMHA_SUCCESS, fmha_last_error_message());
     workspace.assign(bytes + 64, 0);
   }
-  ~Serving() { fmha_destroy(h); }
 
   static void view(fmha_tensor* t, float* data, int64_t b, int64_t heads, int64_t n) {
-    t->data = data;
-    t->dtype = FMHA_DTYPE_F32;
-    const int64_t dims[4] = {b, heads, n, D};
-    const int64_t strides[4] = {heads * n * D, n * D, D, 1};
-    std::memcpy(t->dims, dims, sizeof dims);
-    std::memcpy(t->strides, strides, sizeof strides);
-  }
-  void poison() {
-    for (float& e : o) e = std::nanf("");
-    for (float& e : lse) e = std::nanf("");
-  }
-  void* ws() { return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(workspace.data()) + 63) & ~uintptr_t{63}); }
-  size_t ws_bytes() const { return workspace.size() - 64; }
-  fmha_status run() { return fmha_forward(h, &p, ws(), ws_bytes()); }
-  bool untouched() const {
-    for (float e : o)
-      if (!std::isnan(e)) return false;
-    for (float e : lse)
-      if (!std::isnan(e)) return false;
-    return true;
-  }
-  void expect_failure(const char* needle) {
-    poison();
-    CHECK(run() == FMHA_ERROR_INVALID_ARGUMENT);
-    const std::string msg = fmha_last_error_message();
-    CHECK_MESSAGE(msg.find(needle) != std::string::npos, "message: ", msg, " | expected: ", needle);
-    CHECK(untouched());
-    size_t bytes = 0;
-    CHECK(fmha_forward_workspace_size(h, &p, &bytes) == FMHA_ERROR_INVALID_ARGUMENT);
-    char buf[256];
-    CHECK(fmha_forward_explain(h, &p, buf, sizeof buf) == FMHA_ERROR_INVALID_ARGUMENT);
+    CpuF32Problem::view(t, data, b, heads, n, D);
   }
 };
 
