@@ -14,6 +14,7 @@
 
 #include "common/numeric_types.h"
 #include "common/cpu_handle.h"
+#include "common/fp8_decode_case.h"
 #include "common/serving_case.h"
 
 namespace ft = fmha_test;
@@ -63,52 +64,21 @@ TEST_CASE("FP8: every byte decodes exactly (E4M3 saturating OCP with its one NaN
   // weight is exactly 1, so o (F32) is v's decoded value, bit for bit.
   for (fmha_dtype t : {FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F8E5M2}) {
     CAPTURE(ft::dtype_label(t));
-    constexpr int64_t D = 256;
-    std::vector<uint8_t> q(D), k(D), v(D);
-    for (int64_t d = 0; d < D; ++d) {
-      q[d] = k[d] = t == FMHA_DTYPE_F8E4M3 ? 0x30 : 0x38;  // 0.5, finite logits
-      v[d] = static_cast<uint8_t>(d);
-    }
-    std::vector<float> o(D, std::nanf("")), lse(1, std::nanf(""));
+    const ft::Fp8DecodeInputs in = ft::fp8_decode_inputs(t);
+    std::vector<uint8_t> q = in.qk, k = in.qk, v = in.v;
+    std::vector<float> o(ft::kFp8DecodeD, std::nanf("")), lse(1, std::nanf(""));
     fmha_forward_params p;
-    fmha_forward_params_init(&p);
-    auto view = [&](fmha_tensor* x, void* data, fmha_dtype dt) {
-      x->data = data;
-      x->dtype = dt;
-      const int64_t dims[4] = {1, 1, 1, D}, strides[4] = {D, D, D, 1};
-      std::memcpy(x->dims, dims, sizeof dims);
-      std::memcpy(x->strides, strides, sizeof strides);
-    };
-    view(&p.q, q.data(), t);
-    view(&p.k, k.data(), t);
-    view(&p.v, v.data(), t);
-    view(&p.o, o.data(), FMHA_DTYPE_F32);
-    p.lse = lse.data();
+    ft::fp8_decode_params(&p, t, q.data(), k.data(), v.data(), o.data(), lse.data());
     CpuHandle h;
     size_t bytes = 0;
     REQUIRE(fmha_forward_workspace_size(h.get(), &p, &bytes) == FMHA_SUCCESS);
     std::vector<unsigned char> ws(bytes + 64);
     REQUIRE_MESSAGE(fmha_forward(h.get(), &p, ws.data(), ws.size()) == FMHA_SUCCESS, fmha_last_error_message());
-    int nans = 0, infs = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      const float want = ft::fp8_to_float(static_cast<uint8_t>(d), t);
-      CAPTURE(d);
-      if (std::isnan(want)) {
-        ++nans;
-        CHECK(std::isnan(o[d]));
-      } else {
-        infs += std::isinf(want);
-        // -0 (byte 0x80) meets o's accumulator, which starts at +0.
-        if (want == 0.f)
-          CHECK(o[d] == 0.f);
-        else
-          CHECK(std::memcmp(&o[d], &want, 4) == 0);
-      }
-    }
+    const ft::Fp8DecodeCounts n = ft::check_fp8_decoded(t, o.data());
     // The formats' definitions, spelled out: E4M3 has only S.1111.111 as
     // NaN and no inf, largest 448; E5M2 has 6 NaNs, 2 infs, largest 57344.
-    CHECK(nans == (t == FMHA_DTYPE_F8E4M3 ? 2 : 6));
-    CHECK(infs == (t == FMHA_DTYPE_F8E4M3 ? 0 : 2));
+    CHECK(n.nans == (t == FMHA_DTYPE_F8E4M3 ? 2 : 6));
+    CHECK(n.infs == (t == FMHA_DTYPE_F8E4M3 ? 0 : 2));
     if (t == FMHA_DTYPE_F8E4M3) {
       CHECK(o[0x7e] == 448.f);
       CHECK(o[0xfe] == -448.f);

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp8_decode_case.h"
 #include "common/numeric_types.h"
 #include "common/serving_case.h"
 #include "gpu/gpu_support.h"
@@ -184,32 +185,16 @@ TEST_CASE("inference numerics: cuda_generic decodes every FP8 byte exactly (E4M3
   REQUIRE(h.status() == FMHA_SUCCESS);
   for (fmha_dtype t : {FMHA_DTYPE_F8E4M3, FMHA_DTYPE_F8E5M2}) {
     CAPTURE(ft::dtype_label(t));
-    constexpr int64_t D = 256;
-    std::vector<uint8_t> qk(D), vh(D);
-    for (int64_t d = 0; d < D; ++d) {
-      qk[d] = t == FMHA_DTYPE_F8E4M3 ? 0x30 : 0x38;  // 0.5, finite logits
-      vh[d] = static_cast<uint8_t>(d);
-    }
+    constexpr int64_t D = ft::kFp8DecodeD;
+    const ft::Fp8DecodeInputs in = ft::fp8_decode_inputs(t);
     CudaBuffer q(D), k(D), v(D), o(D * 4), lse(4);
     REQUIRE((q.ok() && k.ok() && v.ok() && o.ok() && lse.ok()));
-    REQUIRE(cudaMemcpy(q.get(), qk.data(), D, cudaMemcpyHostToDevice) == cudaSuccess);
-    REQUIRE(cudaMemcpy(k.get(), qk.data(), D, cudaMemcpyHostToDevice) == cudaSuccess);
-    REQUIRE(cudaMemcpy(v.get(), vh.data(), D, cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(q.get(), in.qk.data(), D, cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(k.get(), in.qk.data(), D, cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemcpy(v.get(), in.v.data(), D, cudaMemcpyHostToDevice) == cudaSuccess);
     REQUIRE(cudaMemset(o.get(), 0xff, o.bytes()) == cudaSuccess);
     fmha_forward_params p;
-    fmha_forward_params_init(&p);
-    auto view = [&](fmha_tensor* x, void* data, fmha_dtype dt) {
-      x->data = data;
-      x->dtype = dt;
-      const int64_t dims[4] = {1, 1, 1, D}, strides[4] = {D, D, D, 1};
-      std::memcpy(x->dims, dims, sizeof dims);
-      std::memcpy(x->strides, strides, sizeof strides);
-    };
-    view(&p.q, q.get(), t);
-    view(&p.k, k.get(), t);
-    view(&p.v, v.get(), t);
-    view(&p.o, o.get(), FMHA_DTYPE_F32);
-    p.lse = static_cast<float*>(lse.get());
+    ft::fp8_decode_params(&p, t, q.get(), k.get(), v.get(), o.get(), static_cast<float*>(lse.get()));
     p.kernel = "cuda_generic";
     size_t bytes = 0;
     REQUIRE_MESSAGE(fmha_forward_workspace_size(h.get(), &p, &bytes) == FMHA_SUCCESS, fmha_last_error_message());
@@ -218,19 +203,7 @@ TEST_CASE("inference numerics: cuda_generic decodes every FP8 byte exactly (E4M3
     REQUIRE_MESSAGE(fmha_forward(h.get(), &p, ws.get(), bytes) == FMHA_SUCCESS, fmha_last_error_message());
     std::vector<float> out(D);
     REQUIRE(cudaMemcpy(out.data(), o.get(), D * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-    int nans = 0;
-    for (int64_t d = 0; d < D; ++d) {
-      const float want = ft::fp8_to_float(static_cast<uint8_t>(d), t);
-      CAPTURE(d);
-      if (std::isnan(want)) {
-        ++nans;
-        CHECK(std::isnan(out[d]));
-      } else if (want == 0.f) {
-        CHECK(out[d] == 0.f);  // -0 (0x80) meets an accumulator that starts at +0
-      } else {
-        CHECK(std::memcmp(&out[d], &want, 4) == 0);
-      }
-    }
+    const int nans = ft::check_fp8_decoded(t, out.data()).nans;
     CHECK(nans == (t == FMHA_DTYPE_F8E4M3 ? 2 : 6));
   }
 }
