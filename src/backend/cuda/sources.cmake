@@ -39,6 +39,28 @@ set(FMHA_SM90_INSTANCES
   "f16:64;f16:128;f16:256;bf16:64;bf16:128;bf16:256"
   CACHE STRING "cuda_sm90_ws instantiations, dtype:head_dim pairs (dtype f16 or bf16)")
 
+# cuda_sm80_tc's dense instantiations (16-bit units): each tile (wide:
+# prefill, 128 rows; narrow: decode, 16 rows) has a plain and a softcap
+# kernel that reads no sequence metadata, or runs dense problems in its
+# contiguous-serving kernel (2 kernels fewer per tile and unit, per
+# architecture). "wide" keeps them for the prefill tile only: decode streams
+# K/V and is bound by memory, not by the few registers the metadata costs
+# (docs/performance.md, "Build time and library size").
+set(FMHA_SM80_DENSE_KERNELS "wide" CACHE STRING "cuda_sm80_tc tiles with dense kernels of their own: all, wide or none")
+set_property(CACHE FMHA_SM80_DENSE_KERNELS PROPERTY STRINGS all wide none)
+if(FMHA_SM80_DENSE_KERNELS STREQUAL "all")
+  set(FMHA_SM80_DENSE_WIDE 1)
+  set(FMHA_SM80_DENSE_NARROW 1)
+elseif(FMHA_SM80_DENSE_KERNELS STREQUAL "wide")
+  set(FMHA_SM80_DENSE_WIDE 1)
+  set(FMHA_SM80_DENSE_NARROW 0)
+elseif(FMHA_SM80_DENSE_KERNELS STREQUAL "none")
+  set(FMHA_SM80_DENSE_WIDE 0)
+  set(FMHA_SM80_DENSE_NARROW 0)
+else()
+  message(FATAL_ERROR "FMHA_SM80_DENSE_KERNELS=${FMHA_SM80_DENSE_KERNELS}: all, wide or none")
+endif()
+
 set(FMHA_GENERATED_DIR ${CMAKE_CURRENT_BINARY_DIR}/generated)
 
 # fmha_kernel_instances(family FAMILY out_var): generates the family's

@@ -44,11 +44,18 @@ fmha_status launch_fwd_mode(const FwdParams& p, const LaunchArgs& a) {
 }
 
 // One kernel per (score ops, layout): dense problems run the instantiation
-// that reads no sequence metadata, paged ones the one with the gather.
-template <class T, bool kFp8Kv, class Cfg>
+// that reads no sequence metadata, paged ones the one with the gather. A
+// tile without a dense instantiation (kDenseKernel false; instances.h:
+// FMHA_SM80_DENSE_WIDE / _NARROW) runs dense problems in its contiguous
+// one, which resolves the same extents without metadata (as kAll does).
+template <class T, bool kFp8Kv, class Cfg, bool kDenseKernel>
 fmha_status launch_fwd_config(const FwdParams& p, const LaunchArgs& a) {
   switch (a.mode) {
-    case SeqMode::kDense: return launch_fwd_mode<T, kFp8Kv, Cfg, SeqMode::kDense>(p, a);
+    case SeqMode::kDense:
+      if constexpr (kDenseKernel)
+        return launch_fwd_mode<T, kFp8Kv, Cfg, SeqMode::kDense>(p, a);
+      else
+        return launch_fwd_mode<T, kFp8Kv, Cfg, SeqMode::kContiguous>(p, a);
     case SeqMode::kContiguous: return launch_fwd_mode<T, kFp8Kv, Cfg, SeqMode::kContiguous>(p, a);
     case SeqMode::kPaged: return launch_fwd_mode<T, kFp8Kv, Cfg, SeqMode::kPaged>(p, a);
     default: return fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: unknown operand layout %d", static_cast<int>(a.mode));
@@ -59,8 +66,12 @@ template <class T, int kHeadDim, bool kFp8Kv>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a) {
   using Tuning = Sm80Tuning<kHeadDim>;
   using Narrow = std::conditional_t<kFp8Kv, typename Tuning::NarrowFp8Kv, typename Tuning::Narrow>;
-  const fmha_status s = a.narrow ? launch_fwd_config<T, kFp8Kv, Narrow>(p, a)
-                                 : launch_fwd_config<T, kFp8Kv, typename Tuning::Wide>(p, a);
+  // Dense instantiations: the build's choice per tile (FMHA_SM80_DENSE_KERNELS);
+  // the FP8 K/V units keep theirs.
+  constexpr bool kDenseWide = kFp8Kv || FMHA_SM80_DENSE_WIDE;
+  constexpr bool kDenseNarrow = kFp8Kv || FMHA_SM80_DENSE_NARROW;
+  const fmha_status s = a.narrow ? launch_fwd_config<T, kFp8Kv, Narrow, kDenseNarrow>(p, a)
+                                 : launch_fwd_config<T, kFp8Kv, typename Tuning::Wide, kDenseWide>(p, a);
   if (s != FMHA_SUCCESS || p.num_splits == 1) return s;
   return launch_split_combine<T>(fwd_combine_params(p), a.stream);
 }
