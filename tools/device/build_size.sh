@@ -83,9 +83,11 @@ done
 note "builds (at once): $((SECONDS - t0)) s"
 grep -E "^(tests|before|after|size) rc=" "$out/build.log" | sed 's/^/    /' | tee -a "$summary"
 grep -qE "^(before|after|size) rc=[^0]" "$out/build.log" && { note "a build failed: see build.log"; exit 1; }
-for n in before after size; do
-  note "$(printf '    libfmha.so %-6s %10d bytes' "$n" "$(stat -L -c %s "$root/build-bs-$n/src/libfmha.so")")"
+for n in before after size tests; do
+  [ -f "$root/build-bs-$n/src/libfmha.so" ] &&
+    note "$(printf '    libfmha.so %-6s %10d bytes' "$n" "$(stat -L -c %s "$root/build-bs-$n/src/libfmha.so")")"
 done
+note "    (tests: 90-real, every instantiation, this branch's packing)"
 
 if [ -x "$root/build-bs-tests/tests/test_gpu" ]; then
   step test_gpu "$out/test_gpu.log" "$root/build-bs-tests/tests/test_gpu" || status=1
