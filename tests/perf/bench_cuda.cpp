@@ -19,7 +19,8 @@
 // 65535), serving (issue 9: BF16 GQA decode over contiguous, seqused_k and
 // paged KV caches in TB/s against the device copy bandwidth, and a ragged
 // causal prefill against a dense batch, in TFLOP/s; cuda_sm80_tc unless
-// --kernels names others), bias (issue 14: the cost of an additive bias
+// --kernels names others; with --splits n only the decode cases, each at
+// num_splits n), bias (issue 14: the cost of an additive bias
 // [1, 1, N, N] F16 and of ALiBi [H] slopes over none, FP16 B=1 H=32 D=128,
 // causal and not, N=8192 unless --n; the three variants interleaved in
 // rounds, each kernel that runs them; softcap 30 rides along), fp8kv
@@ -841,7 +842,10 @@ double time_serving(fmha_handle h, cudaStream_t stream, ServingProblem& sp, cons
   return t.ms;
 }
 
-int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::string>& kernels, double group_ms) {
+// splits >= 0 (--splits): the decode cases only, each with that num_splits
+// (0 = automatic, 1 = none); the prefill cases are left out.
+int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::string>& kernels, double group_ms,
+                int splits) {
   const double copy = copy_bandwidth(stream);
   std::printf("\nserving suite: device copy bandwidth %.2f TB/s (read + write of a 1 GiB cudaMemcpyAsync)\n", copy);
   std::vector<ServingRow> rows;
@@ -856,8 +860,10 @@ int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::strin
         sp.seqused = mixed;
         sp.cap = *std::max_element(lens.begin(), lens.end());
         sp.build();
+        if (splits >= 0) sp.p.num_splits = splits;
         ServingRow r;
         r.what = std::string(name) + (ps ? " paged ps=" + std::to_string(ps) + " shuffled" : mixed ? " seqused_k" : " contiguous");
+        if (splits >= 0) r.what += " splits=" + std::to_string(splits);
         r.kernel = kn;
         r.ms = time_serving(h, stream, sp, kn.c_str(), group_ms);
         r.tbps = sp.kv_bytes / (r.ms * 1e-3) / 1e12;
@@ -881,6 +887,7 @@ int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::strin
   }
   mixed[0] = 4096;
   decode("decode B=64 Nk<=4096 mixed", mixed, true);
+  const std::vector<std::string> prefill_kernels = splits >= 0 ? std::vector<std::string>{} : kernels;
 
   // Ragged causal prefill vs a dense causal batch of about the same work.
   std::vector<int32_t> lens(16);
@@ -889,7 +896,7 @@ int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::strin
   double sum_sq = 0;
   for (int32_t n : lens) sum_sq += static_cast<double>(n) * n;
   const int64_t dense_n = std::max<int64_t>(128, std::lround(std::sqrt(sum_sq / 16) / 128.0) * 128);
-  for (const std::string& kn : kernels) {
+  for (const std::string& kn : prefill_kernels) {
     ServingProblem ragged;
     ragged.len_q = lens;
     ragged.len_k = lens;
@@ -1273,7 +1280,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> sk;
     for (const std::string& k : kernels)
       if (!want_kernels.empty() || k == "cuda_sm80_tc") sk.push_back(k);
-    failures += run_serving(h, stream, sk, group_ms);
+    failures += run_serving(h, stream, sk, group_ms, splits_override);
   }
   if (bias) {
     std::vector<std::string> bk;

@@ -46,6 +46,12 @@ static_assert(kCombineMaxSplits % kWarpSize == 0 && kCombineMaxHeadDim % kWarpSi
 template <class T, int kC>
 __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
     split_combine_kernel(const __grid_constant__ SplitCombineParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A programmatic dependent launch (SplitCombineParams::dependent_launch)
+  // may start before the forward kernel has written its partials; an
+  // ordinary launch returns at once.
+  cudaGridDependencySynchronize();
+#endif
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int D = p.head_dim;
@@ -154,16 +160,31 @@ fmha_status launch_split_combine(const SplitCombineParams& p, cudaStream_t strea
   const int64_t want = (p.rows + kCombineWarps - 1) / kCombineWarps;
   const unsigned blocks = static_cast<unsigned>(want < kMaxBlocks ? want : kMaxBlocks);
   const int dims_per_lane = (p.head_dim + kWarpSize - 1) / kWarpSize;
-  const dim3 grid(blocks), block(kCombineWarps * kWarpSize);
-  static_assert(kDimsPerLane == 8, "buckets below cover head_dim <= 256");
-  switch (dims_per_lane) {
-    case 1: split_combine_kernel<T, 1><<<grid, block, 0, stream>>>(p); break;
-    case 2: split_combine_kernel<T, 2><<<grid, block, 0, stream>>>(p); break;
-    case 3: split_combine_kernel<T, 3><<<grid, block, 0, stream>>>(p); break;
-    case 4: split_combine_kernel<T, 4><<<grid, block, 0, stream>>>(p); break;
-    default: split_combine_kernel<T, 8><<<grid, block, 0, stream>>>(p); break;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kCombineWarps * kWarpSize);
+  config.stream = stream;
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  if (p.dependent_launch) {
+    config.attrs = pdl;
+    config.numAttrs = 1;
   }
-  return check_launch("split-KV combine");
+  static_assert(kDimsPerLane == 8, "buckets below cover head_dim <= 256");
+  cudaError_t err;
+  switch (dims_per_lane) {
+    case 1: err = cudaLaunchKernelEx(&config, split_combine_kernel<T, 1>, p); break;
+    case 2: err = cudaLaunchKernelEx(&config, split_combine_kernel<T, 2>, p); break;
+    case 3: err = cudaLaunchKernelEx(&config, split_combine_kernel<T, 3>, p); break;
+    case 4: err = cudaLaunchKernelEx(&config, split_combine_kernel<T, 4>, p); break;
+    default: err = cudaLaunchKernelEx(&config, split_combine_kernel<T, 8>, p); break;
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // the runtime records a failed launch as its last error too
+    return fail(FMHA_ERROR_DEVICE, "split-KV combine launch failed: %s", cudaGetErrorString(err));
+  }
+  return FMHA_SUCCESS;
 }
 
 template fmha_status launch_split_combine<__half>(const SplitCombineParams&, cudaStream_t);

@@ -250,6 +250,24 @@ struct TileLoader {
     }
   }
 
+  // Block-table staging (the 16-bit paged kernels): the table entries of
+  // rows [row0, min(row0 + kRows, n)) of sequence b, entry div(row0) first,
+  // copied with 4-byte cp.async into kRows int32 slots of shared memory at
+  // `ent` (at most one page per row: page_size 1). Issued one tile ahead
+  // in the group of the previous K tile, so the gather of a tile reads its
+  // page ids from shared memory instead of waiting on the table in global
+  // memory before its first cp.async. Only entries of rows < n are read
+  // (n <= the sequence's keys, which its table row covers); clamping is at
+  // the use (page_slot_of), as for every table read.
+  static constexpr int kEntryBytes = kRows * 4;
+  __device__ static void fetch_entries(uint32_t ent, const FwdParams& p, int64_t b, int row0, int n, int tid) {
+    if (row0 >= n) return;
+    const uint32_t first = p.page_div.div(static_cast<uint32_t>(row0));
+    const int count = static_cast<int>(p.page_div.div(static_cast<uint32_t>(min(row0 + kRows, n) - 1)) - first) + 1;
+    const int32_t* src = p.layout.block_table + b * p.layout.block_table_stride + first;
+    for (int i = tid; i < count; i += Cfg::kThreads) cp_async_4(ent + 4 * i, src + i);
+  }
+
   template <int kRun, class RowOffset>
   __device__ static void load_runs(uint32_t smem_tile, const T* base, int64_t stride, RowOffset row_offset, int row0,
                                    int n, int tid) {
@@ -673,6 +691,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   static_assert(Cfg::kStages == 2, "the wait_group counts below assume two stages");
   using KvT = std::conditional_t<kFp8Kv, uint8_t, T>;  // K/V elements in global memory
   extern __shared__ __align__(128) unsigned char smem[];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The split combine, a programmatic dependent launch on sm_90
+  // (split_combine.h), may be scheduled once every CTA of this grid has
+  // started; it waits for the grid's end itself before reading a partial.
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -730,6 +754,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // instantiation then reads them from the constant bank as it always did.)
   // kFp8Kv: into a raw stage (dst: a byte offset in smem), Fp8KvTile's way.
   const int run = kPaged && !kFp8Kv ? KVLoader::page_run(p.layout.page_size) : 0;
+  // The 16-bit paged gather reads its page ids from shared memory: the
+  // entries of tile t sit in slot (t - t_begin) & 1 (KVLoader::
+  // fetch_entries), past the K/V stages (kPagedSmemBytes). Key j of tile
+  // n0's rows is entry div(j), slot div(j) - div(n0).
+  constexpr uint32_t kEnt = Cfg::kSmemBytes;  // byte offset in smem
+  static_assert(Cfg::kSmemBytes + Cfg::kStages * KVLoader::kEntryBytes == Cfg::kSmemPagedBytes,
+                "the launch gives the paged kernels room for two entry slots");
+  auto ent_slot = [&](int n0) {
+    return kEnt + static_cast<uint32_t>((n0 / Cfg::kBlockN - w.t_begin) & 1) * KVLoader::kEntryBytes;
+  };
+  auto staged_row = [&](int n0, int64_t stride0, int64_t stride2) {
+    const int* ent = reinterpret_cast<const int*>(smem + ent_slot(n0));
+    const uint32_t first = p.page_div.div(static_cast<uint32_t>(n0));
+    return [=, &p](int j) {
+      const uint32_t e = p.page_div.div(static_cast<uint32_t>(j));
+      const PageSlot ps = page_slot_of(p.layout, j, e, ent[e - first]);
+      return ps.page * stride0 + ps.slot * stride2;
+    };
+  };
   [[maybe_unused]] const bool one_page = kPaged && kFp8Kv && p.layout.page_size % Cfg::kBlockN == 0;
   auto load_k = [&](uint32_t dst, int n0) {
     if constexpr (kFp8Kv) {
@@ -740,8 +783,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       else
         Fp8Tile::load(sQ + dst, k, p.k_stride[2], n0, w.len_k(p), tid);
     } else if constexpr (kPaged) {
-      KVLoader::load_paged(
-          dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, run, n0, w.len_k(p), tid);
+      KVLoader::load_paged(dst, k, p.k_stride[2], staged_row(n0, p.k_stride[0], p.k_stride[2]), run, n0,
+                           w.len_k(p), tid);
     } else {
       KVLoader::load(dst, k, p.k_stride[2], n0, w.len_k(p), tid);
     }
@@ -755,8 +798,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       else
         Fp8Tile::load(sQ + dst, v, p.v_stride[2], n0, w.len_k(p), tid);
     } else if constexpr (kPaged) {
-      KVLoader::load_paged(
-          dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, run, n0, w.len_k(p), tid);
+      KVLoader::load_paged(dst, v, p.v_stride[2], staged_row(n0, p.v_stride[0], p.v_stride[2]), run, n0,
+                           w.len_k(p), tid);
     } else {
       KVLoader::load(dst, v, p.v_stride[2], n0, w.len_k(p), tid);
     }
@@ -789,6 +832,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     cp_async_wait<3>();  // Q and K[t_begin] landed (this thread's part)
     if (w.t_begin < w.t_end) Fp8Tile::convert(smem, rawK, sK - sQ, tid, e4m3, false);
   } else {
+    if constexpr (kPaged) {
+      // The entries of t_begin first (one wait for them and Q together);
+      // those of t_begin + 1 travel with K[t_begin].
+      if (w.t_begin < w.t_end)
+        KVLoader::fetch_entries(sQ + ent_slot(w.t_begin * Cfg::kBlockN), p, w.b, w.t_begin * Cfg::kBlockN, w.len_k(p),
+                                tid);
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+      if (w.t_begin + 1 < w.t_end)
+        KVLoader::fetch_entries(sQ + ent_slot((w.t_begin + 1) * Cfg::kBlockN), p, w.b, (w.t_begin + 1) * Cfg::kBlockN,
+                                w.len_k(p), tid);
+    }
     if (w.t_begin < w.t_end) load_k(sK, w.t_begin * Cfg::kBlockN);
     cp_async_commit();
     if (w.t_begin < w.t_end) load_v(sV, w.t_begin * Cfg::kBlockN);
@@ -841,6 +897,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
       const int n_next = (t + 1) * Cfg::kBlockN;
       if (t + 1 < w.t_end) load_k(sK + next, n_next);
+      // Paged: the entries of t + 2 into the slot of t (read when K/V[t]
+      // were issued, before this barrier), in K[t+1]'s group, so "K[t+1]
+      // landed" also means they did.
+      if (kPaged && t + 2 < w.t_end)
+        KVLoader::fetch_entries(sQ + ent_slot(n_next + Cfg::kBlockN), p, w.b, n_next + Cfg::kBlockN, w.len_k(p), tid);
       cp_async_commit();
       if (t + 1 < w.t_end) load_v(sV + next, n_next);
       cp_async_commit();

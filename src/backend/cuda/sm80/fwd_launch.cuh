@@ -17,11 +17,12 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
   const void* kernel = reinterpret_cast<const void*>(fwd_kernel<T, kFp8Kv, Cfg, kOps, kMode>);
   static SmemOptIn opt_in;          // one per instantiation, i.e. per kernel
   static KernelLauncher launcher;   // likewise
-  const fmha_status s = opt_in.ensure(kernel, Cfg::kSmemBytes, a.device, "cuda_sm80_tc forward");
+  constexpr int kSmem = kMode == SeqMode::kPaged && !kFp8Kv ? Cfg::kSmemPagedBytes : Cfg::kSmemBytes;
+  const fmha_status s = opt_in.ensure(kernel, kSmem, a.device, "cuda_sm80_tc forward");
   if (s != FMHA_SUCCESS) return s;
   void* args[] = {const_cast<FwdParams*>(&p)};
-  return launcher.launch(kernel, dim3(static_cast<unsigned>(a.blocks)), dim3(Cfg::kThreads), Cfg::kSmemBytes,
-                         a.stream, args, "cuda_sm80_tc forward");
+  return launcher.launch(kernel, dim3(static_cast<unsigned>(a.blocks)), dim3(Cfg::kThreads), kSmem, a.stream, args,
+                         "cuda_sm80_tc forward");
 }
 
 template <class T, bool kFp8Kv, class Cfg, SeqMode kMode>
@@ -62,7 +63,9 @@ fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a) {
   const fmha_status s = a.narrow ? launch_fwd_config<T, kFp8Kv, Narrow>(p, a)
                                  : launch_fwd_config<T, kFp8Kv, typename Tuning::Wide>(p, a);
   if (s != FMHA_SUCCESS || p.num_splits == 1) return s;
-  return launch_split_combine<T>(fwd_combine_params(p), a.stream);
+  SplitCombineParams c = fwd_combine_params(p);
+  c.dependent_launch = a.dependent_combine;
+  return launch_split_combine<T>(c, a.stream);
 }
 
 }  // namespace fmha::cuda::sm80

@@ -22,6 +22,7 @@ struct LaunchArgs {
   ScoreOps ops;          // the score transforms' instantiation (common/fwd_params.h)
   SeqMode mode;          // the operand layout (seq_mode of FwdParams::layout)
   int device;            // the current device ordinal
+  bool dependent_combine;  // launch the split combine as a programmatic dependent (sm_90+)
   cudaStream_t stream;
 };
 

@@ -34,7 +34,7 @@ struct Shape {
 
 template <class Cfg>
 constexpr Shape shape_of() {
-  return {Cfg::kBlockM, Cfg::kBlockN, Cfg::kSmemBytes, Cfg::kMinBlocksPerSm};
+  return {Cfg::kBlockM, Cfg::kBlockN, Cfg::kSmemPagedBytes, Cfg::kMinBlocksPerSm};  // the most any layout takes
 }
 
 template <int kHeadDim>
@@ -129,8 +129,13 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   });
   if (!instantiated) return plan;
   plan.grid = fwd_grid(p, pack, plan.shape.block_m);
+  // The decode tile streams K/V; with per-sequence key counts its CTAs
+  // differ in length (choose_splits' SplitShape).
+  SplitShape split_shape;
+  split_shape.stream_bound = plan.narrow;
+  split_shape.uneven_keys = plan.narrow && (p.layout.seqused_k != nullptr || p.layout.ragged_k() || p.layout.paged());
   plan.grid.splits = choose_splits(plan.grid.blocks(), plan.shape.blocks_per_sm, ceil_div(p.seq_k, plan.shape.block_n),
-                                   dev.num_sms, p.num_splits);
+                                   dev.num_sms, p.num_splits, split_shape);
   plan.ok = true;
   return plan;
 }
@@ -187,6 +192,7 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   a.mode = seq_mode(p.layout);
   if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   a.device = dev.ordinal;
+  a.dependent_combine = dev.sm >= 90;
   a.stream = static_cast<cudaStream_t>(ctx.stream);
   FMHA_PROFILE_STAGE(kFwdParams);
 
