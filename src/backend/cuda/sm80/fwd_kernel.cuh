@@ -756,7 +756,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const int run = kPaged && !kFp8Kv ? KVLoader::page_run(p.layout.page_size) : 0;
   // The 16-bit paged gather reads its page ids from shared memory: the
   // entries of tile t sit in slot (t - t_begin) & 1 (KVLoader::
-  // fetch_entries), past the K/V stages (kPagedSmemBytes). Key j of tile
+  // fetch_entries), past the K/V stages (TileConfig::kSmemPagedBytes). Key j of tile
   // n0's rows is entry div(j), slot div(j) - div(n0).
   constexpr uint32_t kEnt = Cfg::kSmemBytes;  // byte offset in smem
   static_assert(Cfg::kSmemBytes + Cfg::kStages * KVLoader::kEntryBytes == Cfg::kSmemPagedBytes,
