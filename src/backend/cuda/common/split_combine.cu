@@ -29,9 +29,9 @@
 // on the launch.
 #include "backend/cuda/common/split_combine.h"
 
-#include "backend/cuda/common/device_math.cuh"
+#include <atomic>
 
-#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/common/device_math.cuh"
 #include "core/error.h"
 
 namespace fmha::cuda {
@@ -148,6 +148,38 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
   }
 }
 
+// Whether `kernel`'s code for the current device waits for its primary
+// grid: only code compiled for sm_90 or newer (PTX version >= 90, what
+// __CUDA_ARCH__ saw) calls cudaGridDependencySynchronize. A build without
+// sm_90 code running on an sm_90 device (compute_80 PTX, JIT-compiled)
+// must not launch it as a dependent: it would read partials still being
+// written. Asked once per kernel (the sm_90 devices of a process run the
+// same code of it).
+template <class Kernel>
+bool waits_for_primary(Kernel kernel) {
+  static std::atomic<int> known{-1};
+  int v = known.load(std::memory_order_relaxed);
+  if (v < 0) {
+    cudaFuncAttributes attr{};
+    v = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.ptxVersion >= 90 ? 1 : 0;
+    if (v == 0) cudaGetLastError();  // a failed query is "no", not a launch error
+    known.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+template <class T, int kC>
+cudaError_t launch_combine(cudaLaunchConfig_t config, bool dependent, const SplitCombineParams& p) {
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  if (dependent && waits_for_primary(split_combine_kernel<T, kC>)) {
+    config.attrs = pdl;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, split_combine_kernel<T, kC>, p);
+}
+
 }  // namespace
 
 template <class T>
@@ -164,21 +196,15 @@ fmha_status launch_split_combine(const SplitCombineParams& p, cudaStream_t strea
   config.gridDim = dim3(blocks);
   config.blockDim = dim3(kCombineWarps * kWarpSize);
   config.stream = stream;
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = 1;
-  if (p.dependent_launch) {
-    config.attrs = pdl;
-    config.numAttrs = 1;
-  }
+  const bool dep = p.dependent_launch;
   static_assert(kDimsPerLane == 8, "buckets below cover head_dim <= 256");
   cudaError_t err;
   switch (dims_per_lane) {
-    case 1: err = cudaLaunchKernelEx(&config, split_combine_kernel<T, 1>, p); break;
-    case 2: err = cudaLaunchKernelEx(&config, split_combine_kernel<T, 2>, p); break;
-    case 3: err = cudaLaunchKernelEx(&config, split_combine_kernel<T, 3>, p); break;
-    case 4: err = cudaLaunchKernelEx(&config, split_combine_kernel<T, 4>, p); break;
-    default: err = cudaLaunchKernelEx(&config, split_combine_kernel<T, 8>, p); break;
+    case 1: err = launch_combine<T, 1>(config, dep, p); break;
+    case 2: err = launch_combine<T, 2>(config, dep, p); break;
+    case 3: err = launch_combine<T, 3>(config, dep, p); break;
+    case 4: err = launch_combine<T, 4>(config, dep, p); break;
+    default: err = launch_combine<T, 8>(config, dep, p); break;
   }
   if (err != cudaSuccess) {
     cudaGetLastError();  // the runtime records a failed launch as its last error too

@@ -99,7 +99,9 @@ struct SplitCombineParams {
   // forward kernels trigger at their start), and wait in
   // cudaGridDependencySynchronize until the forward grid has finished and
   // its partials are visible. Saves the launch gap between the two kernels
-  // (decode: a few us of a ~0.1 ms step). Without it, an ordinary launch.
+  // (decode: a few us of a ~0.1 ms step). Without it, or when the
+  // combine's code for the device predates sm_90 (a build without sm_90
+  // code), an ordinary launch.
   bool dependent_launch = false;
 };
 
