@@ -23,13 +23,14 @@
 // template parameter (1, 2, 3, 4 or 8) so that the accumulation loop has no
 // branches: its loads are unconditional (dims past head_dim read the row's
 // last element and are never stored), so the unrolled iterations keep the
-// loads of several splits in flight instead of waiting out one L2 round trip
-// per split. Every sum has a fixed order (per lane in split order, then a
+// loads of several splits (kSplitsInFlight) in flight instead of waiting out
+// one L2 round trip per split. Every sum has a fixed order (per lane in split order, then a
 // fixed butterfly; the o sums in split order), so the result does not depend
 // on the launch.
 #include "backend/cuda/common/split_combine.h"
 
 #include <atomic>
+#include <type_traits>
 
 #include "backend/cuda/common/device_math.cuh"
 #include "core/error.h"
@@ -52,6 +53,12 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
   // ordinary launch returns at once.
   cudaGridDependencySynchronize();
 #endif
+  // Splits whose o loads are issued before the first is used: a decode
+  // step's combine is a few rows (B=1 GQA 32/8: 32) over up to 64 splits,
+  // bound by L2 round trips, not bandwidth (one split at a time: ~25
+  // round trips for 49 splits, a few us; 16 at a time: 5). Multiples of 4.
+  constexpr int kSplitsInFlight = kC <= 4 ? 16 : 8;
+  static_assert(kSplitsInFlight % 4 == 0, "the tail below takes 4, then 1 at a time");
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int D = p.head_dim;
@@ -124,16 +131,30 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
       if (s0 >= p.splits) break;
       const int n = p.splits - s0 < kWarpSize ? p.splits - s0 : kWarpSize;
       const float* base = src + s0 * split_stride;
-#pragma unroll 4
-      for (int j = 0; j < n; ++j) {
-        const float w = __shfl_sync(0xffffffffu, a[k], j);
-        const float* row = base + j * split_stride;
-        float v[kC];
+      // Splits j .. j + kB - 1: every o load first, then the sums in split
+      // order (in-order issue would otherwise stall each pass's FMAs on its
+      // own loads, ~2 splits in flight whatever the unroll).
+      auto batch = [&](auto kb, int j) {
+        constexpr int kB = decltype(kb)::value;
+        float v[kB][kC];
 #pragma unroll
-        for (int c = 0; c < kC; ++c) v[c] = row[dim[c]];
+        for (int i = 0; i < kB; ++i)
 #pragma unroll
-        for (int c = 0; c < kC; ++c) acc[c] = w != 0.f ? fmaf(w, v[c], acc[c]) : acc[c];
+          for (int c = 0; c < kC; ++c) v[i][c] = base[(j + i) * split_stride + dim[c]];
+#pragma unroll
+        for (int i = 0; i < kB; ++i) {
+          const float w = __shfl_sync(0xffffffffu, a[k], j + i);
+#pragma unroll
+          for (int c = 0; c < kC; ++c) acc[c] = w != 0.f ? fmaf(w, v[i][c], acc[c]) : acc[c];
+        }
+      };
+      int j = 0;
+      for (; j + kSplitsInFlight <= n; j += kSplitsInFlight) batch(std::integral_constant<int, kSplitsInFlight>{}, j);
+      if (j + 4 <= n) {
+        batch(std::integral_constant<int, 4>{}, j);
+        j += 4;
       }
+      for (; j < n; ++j) batch(std::integral_constant<int, 1>{}, j);
     }
 
     // sum >= 1 when a split saw a key (the split at M has l >= 1), 0 when
