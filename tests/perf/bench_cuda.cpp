@@ -697,6 +697,7 @@ struct ServingProblem {
   std::vector<int32_t> len_q, len_k;
   bool ragged_q = false, ragged_k = false, seqused = false;
   int64_t page_size = 0;  // > 0: paged, shuffled pages, [pages, page_size, Hk, D] storage
+  bool pages_head_major = false;  // paged: [pages, Hk, page_size, D] storage instead
   int64_t cap = 0;        // dense k capacity (max len_k)
   uint32_t mask = FMHA_MASK_NONE;
   fmha_dtype dt = FMHA_DTYPE_BF16;
@@ -789,8 +790,8 @@ struct ServingProblem {
       int64_t next = 0;
       for (int64_t b = 0; b < B; ++b)
         for (int64_t e = 0; e < pages_of[b]; ++e) table[b * stride + e] = perm[next++];
-      p.k = kv_tensor(tensor(filled_kv(pages * Hk * page_size * D, 8), pages, Hk, page_size, true));
-      p.v = kv_tensor(tensor(filled_kv(pages * Hk * page_size * D, 9), pages, Hk, page_size, true));
+      p.k = kv_tensor(tensor(filled_kv(pages * Hk * page_size * D, 8), pages, Hk, page_size, !pages_head_major));
+      p.v = kv_tensor(tensor(filled_kv(pages * Hk * page_size * D, 9), pages, Hk, page_size, !pages_head_major));
       p.block_table = static_cast<const int32_t*>(upload(table));
       p.block_table_stride = stride;
       p.seqused_k = static_cast<const int32_t*>(upload(len_k));
@@ -852,17 +853,23 @@ int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::strin
   auto decode = [&](const char* name, std::vector<int32_t> lens, bool mixed) {
     for (const std::string& kn : kernels) {
       double contiguous_ms = NAN;
-      for (int64_t ps : {int64_t{0}, int64_t{16}, int64_t{64}}) {
+      // Page sizes 16 and 64 in vLLM's token-major storage, then 16 in
+      // head-major storage (each head's page contiguous, as the contiguous
+      // cache's rows are): what the storage costs apart from the gather.
+      for (int64_t variant : {0, 16, 64, -16}) {
+        const int64_t ps = variant < 0 ? -variant : variant;
         ServingProblem sp;
         sp.len_q.assign(lens.size(), 1);
         sp.len_k = lens;
         sp.page_size = ps;
+        sp.pages_head_major = variant < 0;
         sp.seqused = mixed;
         sp.cap = *std::max_element(lens.begin(), lens.end());
         sp.build();
         if (splits >= 0) sp.p.num_splits = splits;
         ServingRow r;
-        r.what = std::string(name) + (ps ? " paged ps=" + std::to_string(ps) + " shuffled" : mixed ? " seqused_k" : " contiguous");
+        r.what = std::string(name) + (ps ? " paged ps=" + std::to_string(ps) + (variant < 0 ? " head-major" : "") + " shuffled"
+                                         : mixed ? " seqused_k" : " contiguous");
         if (splits >= 0) r.what += " splits=" + std::to_string(splits);
         r.kernel = kn;
         r.ms = time_serving(h, stream, sp, kn.c_str(), group_ms);

@@ -18,7 +18,9 @@
 #
 # What it should show: every step rc=0, "0 failed" in the doctest totals,
 # memcheck "ERROR SUMMARY: 0 errors"; in the serving table, paged /
-# contiguous at 0.95 or more (was 0.79-0.93), B=1 Nk=131072 contiguous at
+# contiguous at 0.95 or more (was 0.79-0.93; the "ps=16 head-major" row
+# is the same gather over head-major pages, so token-major storage's own
+# cost is the difference to the ps=16 row), B=1 Nk=131072 contiguous at
 # 0.95 of copy or more (was 0.89-0.92), the mixed B=64 batch above 0.85 of
 # copy (was 0.74-0.75). The split sweep says which split counts the
 # heuristic should pick (the old heuristic's picks: B=1 42, B=16 3, B=64 1).
