@@ -9,8 +9,10 @@
 //                  outside the rows' key range are never loaded)
 //   TileLoader     global -> swizzled shared memory with 16-byte cp.async,
 //                  zero-filling rows past the sequence end; paged K/V
-//                  gathered through the block table, one read per page
-//                  run of a tile (or per row for other page sizes)
+//                  gathered through the block table, whose entries for a
+//                  key tile are staged in shared memory one tile ahead
+//                  (one read per page run of a tile, or per row for
+//                  other page sizes)
 //   WarpQK         S = Q K^T for the warp's rows: ldmatrix + mma.sync
 //   ScoreMask      softcap, bias + ALiBi (every tile, when the problem
 //                  has them) and the element-wise mask of boundary tiles
@@ -746,11 +748,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 
   // K or V rows [n0, n0 + kBlockN) of the sequence into a stage; rows at or
   // past Nk(b) are zero-filled. Paged K/V (the kPaged instantiation): key j
-  // sits at paged_kv_row(p, b, j), the block table entry clamped by
-  // core/seq_layout.h, copied with the same 16-byte cp.async chunks as a
-  // contiguous tile; page sizes that give aligned runs of rows
-  // (TileLoader::page_run) read the table once per run, others once per
-  // row. (Lengths are read at each use, not held in a register: the dense
+  // sits at the page of its block table entry, clamped by core/seq_layout.h
+  // (page_slot_of; the 16-bit kernels read the entry staged in shared
+  // memory, the FP8 ones paged_kv_row's global read), copied with the same
+  // 16-byte cp.async chunks as a contiguous tile; page sizes that give
+  // aligned runs of rows (TileLoader::page_run) read the entry once per
+  // run, others once per row. (Lengths are read at each use, not held in a register: the dense
   // instantiation then reads them from the constant bank as it always did.)
   // kFp8Kv: into a raw stage (dst: a byte offset in smem), Fp8KvTile's way.
   const int run = kPaged && !kFp8Kv ? KVLoader::page_run(p.layout.page_size) : 0;
