@@ -21,9 +21,13 @@ constexpr double kSplitSlack = 0.85;
 // launch cost more than they save (H200, cuda_sm80_tc, causal FP16 B=1 H=32
 // N=512, 8 key tiles: 24.6 us unsplit, 28.9 us with 2 splits, 35.0 us with 4).
 constexpr int64_t kMinKeyTilesToSplit = 16;
-// SplitShape::uneven_keys: at least this many waves (prediction before the
-// H200 run, docs/performance.md "Paged and mixed decode": the mixed B=64
-// seqused_k batch, 1.3 waves unsplit, from 75% to ~88% of copy at 4 splits).
+// SplitShape::uneven_keys: at least this many waves, for grids past one
+// wave unsplit (H200, cuda_sm80_tc, BF16 GQA 32/8 D=128 decode, the mixed
+// B=64 seqused_k batch of 512 units: 0.232 / 0.189 / 0.187 / 0.202 / 0.226
+// ms at 1 / 3 / 4 / 8 / 16 splits, 75% -> 93% of copy at 4 = 5.2 waves; a
+// grid that fits one wave keeps the one-wave rule: B=16 paged, 128 units,
+// 0.160 ms at 3 splits against 0.177-0.217 at 4-16; docs/performance.md,
+// "Paged and mixed decode").
 constexpr double kUnevenMinWaves = 4.0;
 
 }  // namespace
@@ -55,7 +59,7 @@ int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_s
       if (efficiency(s) >= kSplitSlack * best) return static_cast<int>(s);
     return 0;
   };
-  if (shape.uneven_keys) {
+  if (shape.uneven_keys && static_cast<double>(blocks) >= kFillThreshold * slots) {
     int64_t lo = 1;
     while (lo <= cap && waves(lo) < kUnevenMinWaves) ++lo;
     if (const int s = fewest_near_best(lo)) return s;
