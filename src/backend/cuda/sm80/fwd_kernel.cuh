@@ -270,6 +270,27 @@ struct TileLoader {
     for (int i = tid; i < count; i += Cfg::kThreads) cp_async_4(ent + 4 * i, src + i);
   }
 
+  // L2 prefetch of rows [row0, min(row0 + kRows, n)) of a paged K and V
+  // (k_off / v_off: a row's element offset, as for load_paged), one row of
+  // kHeadDim elements per prefetch, K rows first; sm_90 only (prefetch_l2).
+  // Issued a tile ahead of the tile's cp.asyncs, it takes the page's
+  // address translation and its DRAM latency off the two-stage pipeline,
+  // whose one tile in flight per CTA did not cover them (shuffled pages: a
+  // decode CTA alone took 2.6-3.0 us per paged tile against 1.6 us
+  // contiguous, H200).
+  template <class KOffset, class VOffset>
+  __device__ static void prefetch_paged(const T* k, const T* v, KOffset k_off, VOffset v_off, int row0, int n,
+                                        int tid) {
+    constexpr uint32_t kRowBytes = Cfg::kHeadDim * sizeof(T);
+    static_assert(kRowBytes % 16 == 0, "bulk prefetches are whole 16-byte units");
+#pragma unroll 1
+    for (int i = tid; i < 2 * kRows; i += Cfg::kThreads) {
+      const bool is_k = i < kRows;
+      const int j = row0 + (is_k ? i : i - kRows);
+      if (j < n) prefetch_l2(is_k ? k + k_off(j) : v + v_off(j), kRowBytes);
+    }
+  }
+
   template <int kRun, class RowOffset>
   __device__ static void load_runs(uint32_t smem_tile, const T* base, int64_t stride, RowOffset row_offset, int row0,
                                    int n, int tid) {
@@ -758,14 +779,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // kFp8Kv: into a raw stage (dst: a byte offset in smem), Fp8KvTile's way.
   const int run = kPaged && !kFp8Kv ? KVLoader::page_run(p.layout.page_size) : 0;
   // The 16-bit paged gather reads its page ids from shared memory: the
-  // entries of tile t sit in slot (t - t_begin) & 1 (KVLoader::
-  // fetch_entries), past the K/V stages (TileConfig::kSmemPagedBytes). Key j of tile
-  // n0's rows is entry div(j), slot div(j) - div(n0).
+  // entries of tile t sit in slot (t - t_begin) % 3 (KVLoader::
+  // fetch_entries), past the K/V stages (TileConfig::kSmemPagedBytes); at
+  // tile t those of t+1 (its cp.asyncs), t+2 (its L2 prefetch) and t+3
+  // (arriving) are live. Key j of tile n0's rows is entry div(j), slot
+  // div(j) - div(n0).
   constexpr uint32_t kEnt = Cfg::kSmemBytes;  // byte offset in smem
-  static_assert(Cfg::kSmemBytes + Cfg::kStages * KVLoader::kEntryBytes == Cfg::kSmemPagedBytes,
-                "the launch gives the paged kernels room for two entry slots");
+  static_assert(Cfg::kSmemBytes + Cfg::kPagedEntrySlots * KVLoader::kEntryBytes == Cfg::kSmemPagedBytes &&
+                    Cfg::kPagedEntrySlots == 3,
+                "the launch gives the paged kernels room for three entry slots");
   auto ent_slot = [&](int n0) {
-    return kEnt + static_cast<uint32_t>((n0 / Cfg::kBlockN - w.t_begin) & 1) * KVLoader::kEntryBytes;
+    return kEnt + static_cast<uint32_t>((n0 / Cfg::kBlockN - w.t_begin) % 3) * KVLoader::kEntryBytes;
   };
   auto staged_row = [&](int n0, int64_t stride0, int64_t stride2) {
     const int* ent = reinterpret_cast<const int*>(smem + ent_slot(n0));
@@ -808,6 +832,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     }
   };
 
+  // Paged (16-bit): K and V rows of the tile at n0 into L2, a tile before
+  // its cp.asyncs (TileLoader::prefetch_paged); its entries are staged.
+  auto prefetch_tile = [&](int n0) {
+    if constexpr (kPaged && !kFp8Kv)
+      KVLoader::prefetch_paged(k, v, staged_row(n0, p.k_stride[0], p.k_stride[2]),
+                               staged_row(n0, p.v_stride[0], p.v_stride[2]), n0, w.len_k(p), tid);
+  };
+
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next
   // (kFp8Kv: then K and V of t_begin + 1, and K[t_begin] converted).
   if (p.pack == 1) {
@@ -836,22 +868,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if (w.t_begin < w.t_end) Fp8Tile::convert(smem, rawK, sK - sQ, tid, e4m3, false);
   } else {
     if constexpr (kPaged) {
-      // The entries of t_begin first (one wait for them and Q together);
-      // those of t_begin + 1 travel with K[t_begin].
-      if (w.t_begin < w.t_end)
-        KVLoader::fetch_entries(sQ + ent_slot(w.t_begin * Cfg::kBlockN), p, w.b, w.t_begin * Cfg::kBlockN, w.len_k(p),
-                                tid);
+      // The entries of t_begin .. t_begin + 2 first (one wait for them and
+      // Q together); from there on each tile fetches those of three ahead.
+      for (int i = 0; i < 3; ++i) {
+        const int n0 = (w.t_begin + i) * Cfg::kBlockN;
+        if (w.t_begin + i < w.t_end) KVLoader::fetch_entries(sQ + ent_slot(n0), p, w.b, n0, w.len_k(p), tid);
+      }
       cp_async_commit();
       cp_async_wait<0>();
       __syncthreads();
-      if (w.t_begin + 1 < w.t_end)
-        KVLoader::fetch_entries(sQ + ent_slot((w.t_begin + 1) * Cfg::kBlockN), p, w.b, (w.t_begin + 1) * Cfg::kBlockN,
-                                w.len_k(p), tid);
     }
     if (w.t_begin < w.t_end) load_k(sK, w.t_begin * Cfg::kBlockN);
     cp_async_commit();
     if (w.t_begin < w.t_end) load_v(sV, w.t_begin * Cfg::kBlockN);
     cp_async_commit();
+    if (kPaged && w.t_begin + 1 < w.t_end) prefetch_tile((w.t_begin + 1) * Cfg::kBlockN);
   }
 
   const LaneAddr<Cfg> addr(warp, lane);
@@ -900,14 +931,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
       const int n_next = (t + 1) * Cfg::kBlockN;
       if (t + 1 < w.t_end) load_k(sK + next, n_next);
-      // Paged: the entries of t + 2 into the slot of t (read when K/V[t]
-      // were issued, before this barrier), in K[t+1]'s group, so "K[t+1]
-      // landed" also means they did.
-      if (kPaged && t + 2 < w.t_end)
-        KVLoader::fetch_entries(sQ + ent_slot(n_next + Cfg::kBlockN), p, w.b, n_next + Cfg::kBlockN, w.len_k(p), tid);
+      // Paged: the entries of t + 3 into the slot of t (read when K/V[t]
+      // were issued and t prefetched, before this barrier), in K[t+1]'s
+      // group, so "K[t+1] landed" also means they did; then tile t + 2
+      // into L2, for the cp.asyncs the next tile issues.
+      if (kPaged && t + 3 < w.t_end)
+        KVLoader::fetch_entries(sQ + ent_slot(n_next + 2 * Cfg::kBlockN), p, w.b, n_next + 2 * Cfg::kBlockN,
+                                w.len_k(p), tid);
       cp_async_commit();
       if (t + 1 < w.t_end) load_v(sV + next, n_next);
       cp_async_commit();
+      if (kPaged && t + 2 < w.t_end) prefetch_tile(n_next + Cfg::kBlockN);
     }
     // The tiles of t: the 16-bit stage, or the converted FP8 tile (written
     // at each use: computed up front, the V address stayed live through the

@@ -35,8 +35,9 @@ struct TileConfig {
   static constexpr int kSmemKV = kBlockN * kPitch * 2;
   static constexpr int kSmemBytes = kSmemQ + 2 * kStages * kSmemKV;
   // The 16-bit paged kernels also stage the block-table entries of the
-  // next key tiles past the K/V stages: one int32 per key, per stage.
-  static constexpr int kSmemPagedBytes = kSmemBytes + kStages * kBlockN * 4;
+  // next three key tiles past the K/V stages: one int32 per key and tile.
+  static constexpr int kPagedEntrySlots = 3;
+  static constexpr int kSmemPagedBytes = kSmemBytes + kPagedEntrySlots * kBlockN * 4;
 
   static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole m16 slices");
   static_assert(kBlockN % 16 == 0, "K/V tiles are whole k16 steps of P V");
