@@ -271,23 +271,29 @@ struct TileLoader {
   }
 
   // L2 prefetch of rows [row0, min(row0 + kRows, n)) of a paged K and V
-  // (k_off / v_off: a row's element offset, as for load_paged), one row of
-  // kHeadDim elements per prefetch, K rows first; sm_90 only (prefetch_l2).
-  // Issued a tile ahead of the tile's cp.asyncs, it takes the page's
-  // address translation and its DRAM latency off the two-stage pipeline,
-  // whose one tile in flight per CTA did not cover them (shuffled pages: a
-  // decode CTA alone took 2.6-3.0 us per paged tile against 1.6 us
-  // contiguous, H200).
+  // (k_off / v_off: a row's element offset, as for load_paged): each
+  // thread takes whole rows, K rows first, and asks for every 128-byte
+  // line of a row (prefetch_l2; a row is kHeadDim contiguous elements).
+  // Issued a tile ahead of the tile's cp.asyncs, it takes the pages'
+  // address translation and DRAM latency off the two-stage pipeline, whose
+  // one tile in flight per CTA did not cover them (shuffled pages: a decode
+  // CTA alone took 2.6-3.0 us per paged tile against 1.6 us contiguous,
+  // H200). (Per-lane prefetches rather than the copy engine's bulk
+  // prefetch: a tile is 2 x kRows separate rows, too many small requests
+  // for one engine per SM.)
   template <class KOffset, class VOffset>
   __device__ static void prefetch_paged(const T* k, const T* v, KOffset k_off, VOffset v_off, int row0, int n,
                                         int tid) {
-    constexpr uint32_t kRowBytes = Cfg::kHeadDim * sizeof(T);
-    static_assert(kRowBytes % 16 == 0, "bulk prefetches are whole 16-byte units");
+    constexpr int kRowBytes = Cfg::kHeadDim * static_cast<int>(sizeof(T));
+    constexpr int kLine = 128;
 #pragma unroll 1
     for (int i = tid; i < 2 * kRows; i += Cfg::kThreads) {
       const bool is_k = i < kRows;
       const int j = row0 + (is_k ? i : i - kRows);
-      if (j < n) prefetch_l2(is_k ? k + k_off(j) : v + v_off(j), kRowBytes);
+      if (j >= n) continue;
+      const char* g = reinterpret_cast<const char*>(is_k ? k + k_off(j) : v + v_off(j));
+#pragma unroll
+      for (int b = 0; b < kRowBytes; b += kLine) prefetch_l2(g + b);
     }
   }
 

@@ -29,16 +29,10 @@ __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
 }
 
-// Asks L2 to fetch `bytes` (a multiple of 16) from `src` (16-byte aligned)
-// ahead of use, through the copy engine: no registers, no shared memory,
-// nothing to wait for. sm_90 and newer; a no-op in code for older targets.
-__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes));
-#else
-  (void)src;
-  (void)bytes;
-#endif
+// Asks L2 to fetch the 128-byte line holding `src` ahead of use: no
+// register written, nothing to wait for.
+__device__ __forceinline__ void prefetch_l2(const void* src) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
