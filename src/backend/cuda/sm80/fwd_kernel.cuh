@@ -53,6 +53,13 @@
 #include "backend/cuda/sm80/tile_config.h"
 #include "core/key_tiles.h"
 
+// Measurement switch (a build with -DFMHA_SM80_PAGED_PREFETCH=0, as
+// tools/device/paged.sh builds one, to time the paged kernels with and
+// without the L2 prefetch of the next tile in one device session).
+#ifndef FMHA_SM80_PAGED_PREFETCH
+#define FMHA_SM80_PAGED_PREFETCH 1
+#endif
+
 namespace fmha::cuda::sm80 {
 
 // ---------------------------------------------------------------------------
@@ -841,7 +848,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // Paged (16-bit): K and V rows of the tile at n0 into L2, a tile before
   // its cp.asyncs (TileLoader::prefetch_paged); its entries are staged.
   auto prefetch_tile = [&](int n0) {
-    if constexpr (kPaged && !kFp8Kv)
+    if constexpr (kPaged && !kFp8Kv && FMHA_SM80_PAGED_PREFETCH)
       KVLoader::prefetch_paged(k, v, staged_row(n0, p.k_stride[0], p.k_stride[2]),
                                staged_row(n0, p.v_stride[0], p.v_stride[2]), n0, w.len_k(p), tid);
   };
