@@ -249,7 +249,8 @@ TEST_CASE("serving: paged gather edges, page sizes 8..256, pages across key tile
   int n = 0;
   for (int64_t ps : {8, 16, 24, 64, 96, 256})
     for (bool decode : {true, false}) {
-      ServingCase c = decode ? base(FMHA_DTYPE_BF16, 32, 8, 128) : base(n % 4 == 1 ? FMHA_DTYPE_F16 : FMHA_DTYPE_BF16, 8, 2, 128);
+      const fmha_dtype dt = decode || n % 4 != 1 ? FMHA_DTYPE_BF16 : FMHA_DTYPE_F16;
+      ServingCase c = decode ? base(dt, 32, 8, 128) : base(dt, 8, 2, 128);
       c.kv_layout = KvLayout::kPaged;
       c.page_size = ps;
       c.storage = n % 2 ? PageStorage::kTokenMajor : PageStorage::kHeadMajor;
