@@ -40,6 +40,22 @@ struct TileConfig {
   static_assert(kHeadDim % 16 == 0, "whole k16 steps of Q K^T and n8 pairs of P V");
 };
 
+// The tile of an FP8 KV cache (the kFp8Kv instantiations, decode): K and V
+// stay FP8 in shared memory, kRawStages raw stages of kBlockN x kHeadDim
+// bytes each (half a 16-bit stage, so more of them fit), converted to q's
+// 16-bit type in registers after each fragment load (fwd_kernel.cuh:
+// WarpQKFp8, WarpPVFp8). Only the Q tile is 16-bit.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kRawStages_>
+struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_> {
+  using Base = TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_>;
+  static constexpr int kRawStages = kRawStages_;
+  static constexpr int kSmemRaw = kBlockN_ * kHeadDim_;  // bytes of one raw K or V stage
+  static constexpr int kSmemBytes = Base::kSmemQ + 2 * kRawStages * kSmemRaw;
+
+  static_assert(kRawStages >= 2, "a raw stage in flight while one is read");
+  static_assert(kHeadDim_ % 32 == 0, "whole 32-byte (k32) blocks of an FP8 key row");
+};
+
 // Per head dim, for sm_80 and newer (one build serves sm_80 and sm_90; the
 // numbers are from the lent H200, sm_90, 132 SMs, 228 KB shared memory per
 // SM, 2026-11-29; docs/performance.md, "CUDA sm80 family on the H200", has
@@ -63,14 +79,16 @@ struct TileConfig {
 //   Decode FP16 Hq=32 Hk=8 D=128: Nk=4096 16.7 us, 32768 47 us, 131072
 //   0.137-0.140 ms (FA2 18, 47-59 us, 0.151 ms; 131072 streams K/V at
 //   91-93% of the measured 4.2 TB/s copy bandwidth).
-// NarrowFp8Kv: the narrow tile of an FP8 KV cache (the kFp8Kv
-//   instantiations). Converting FP8 to 16 bits costs about 36 instructions
-//   per 16-byte chunk (BF16 q), too many for one warp per CTA to keep pace
-//   with the copy rate; so four warps share the loads and conversions of
-//   each key tile, and only warps that own a valid row run the MMAs and the
-//   softmax (a decode unit of <= 32 rows: warps 0-1). The same kBlockN, two
-//   CTAs per SM. Not yet measured (prediction in docs/performance.md);
-//   `using NarrowFp8Kv = Narrow;` restores the one-warp tile.
+// NarrowFp8Kv: the tile of an FP8 KV cache (the kFp8Kv instantiations;
+//   decode is what an FP8 cache is for, and prefill over one runs on the
+//   same tile). The 16-bit narrow shape (one warp x 16 rows) with the K/V
+//   stages kept FP8 and converted in registers after each fragment load,
+//   three raw stages (half the bytes of a 16-bit stage) and four CTAs per
+//   SM. The previous FP8 tile (4 warps converting each raw tile into a
+//   16-bit one in shared memory, two stages) streamed K+V at 41-46% of the
+//   copy bandwidth, 0.91-0.96x the BF16 K/V decode (H200, BF16 q, GQA 32/8,
+//   D=128; docs/performance.md). Not yet measured (prediction in
+//   docs/performance.md).
 template <int kHeadDim>
 struct Sm80Tuning;
 
@@ -78,35 +96,35 @@ template <>
 struct Sm80Tuning<32> {
   using Wide = TileConfig<32, 128, 128, 4, 2>;
   using Narrow = TileConfig<32, 16, 128, 1, 3>;
-  using NarrowFp8Kv = TileConfig<32, 64, 128, 4, 2>;
+  using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3>;
 };
 
 template <>
 struct Sm80Tuning<64> {
   using Wide = TileConfig<64, 128, 128, 4, 2>;
   using Narrow = TileConfig<64, 16, 128, 1, 3>;
-  using NarrowFp8Kv = TileConfig<64, 64, 128, 4, 2>;
+  using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3>;
 };
 
 template <>
 struct Sm80Tuning<96> {
   using Wide = TileConfig<96, 128, 64, 4, 2>;
   using Narrow = TileConfig<96, 16, 64, 1, 3>;
-  using NarrowFp8Kv = Narrow;  // no FP8 K/V instantiation: 96-byte rows are not whole 16-byte chunk passes
+  using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;  // unused: 96-byte rows are not whole k32 blocks
 };
 
 template <>
 struct Sm80Tuning<128> {
   using Wide = TileConfig<128, 128, 64, 4, 2>;
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
-  using NarrowFp8Kv = TileConfig<128, 64, 64, 4, 2>;
+  using NarrowFp8Kv = Fp8KvTileConfig<128, 16, 64, 1, 4, 3>;
 };
 
 template <>
 struct Sm80Tuning<256> {
   using Wide = TileConfig<256, 128, 64, 8, 1>;
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
-  using NarrowFp8Kv = TileConfig<256, 64, 32, 4, 2>;
+  using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3>;
 };
 
 // Every instantiated head dim (the build's list, FMHA_SM80_INSTANCES) has
