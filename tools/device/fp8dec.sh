@@ -17,6 +17,9 @@
 #   5. bench_cuda --suite fp8kv --kernels cuda_sm80_tc: BF16 / F16 q, e4m3 /
 #      e5m2 K/V, descales, paged, B=1 Nk=131072 and B=16 Nk=8192, against
 #      the copy bandwidth and BF16 K/V of the same run
+#   6. while time lasts, the same suite with other D=128 FP8 tiles
+#      (FMHA_SM80_FP8KV_TILE_D128: 128 keys / 2 CTAs, 32 keys / 7 CTAs,
+#      two raw stages / 5 CTAs), rebuilding only the FP8 d128 units
 #
 # What it should show: every step rc=0 with "0 failed"; the fp8kv table's
 # "of copy" column for the e4m3 rows against the bar (>= 0.90) and the
@@ -41,7 +44,7 @@ step configure "$out/build.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUI
   -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF \
   -DFMHA_BUILD_RUST=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real \
   "-DFMHA_SM80_INSTANCES=bf16:128;f16:128;f16_f8kv:64;f16_f8kv:128;f16_f8kv:256;bf16_f8kv:64;bf16_f8kv:128;bf16_f8kv:256" \
-  "-DFMHA_SM90_INSTANCES=bf16:128" || exit 1
+  "-DFMHA_SM90_INSTANCES=bf16:128" -DFMHA_SM80_FP8KV_TILE_D128= || exit 1
 t0=$SECONDS
 cmake --build "$bdir" -j16 --target fmha test_gpu bench_cuda >>"$out/build.log" 2>&1 || {
   note "build failed"
@@ -51,16 +54,16 @@ cmake --build "$bdir" -j16 --target fmha test_gpu bench_cuda >>"$out/build.log" 
 note "build $((SECONDS - t0)) s"
 
 {
-  echo "sm80 units: compile s, object bytes, kernels (cuobjdump -lelf/-sass function count)"
+  echo "sm80 units: compile s, object bytes, kernels (cuobjdump -sass function count)"
   awk -F'\t' '$4 ~ /sm80\/fwd_.*\.cu\.o$/ {t[$4] = ($2 - $1) / 1000.0} END {for (o in t) print o, t[o]}' \
     "$bdir/.ninja_log" | sort |
     while read -r obj secs; do
-      k=$(cuobjdump -sass "$bdir/$obj" 2>/dev/null | grep -c "Function : .*fwd_kernel")
+      k='?'
+      command -v cuobjdump >/dev/null 2>&1 && k=$(cuobjdump -sass "$bdir/$obj" 2>/dev/null | grep -c "Function : .*fwd_kernel")
       echo "$(basename "$obj") $secs $(stat -c %s "$bdir/$obj" 2>/dev/null || echo '?') $k"
     done
   echo "libfmha: $(find "$bdir" -name 'libfmha.so*' -type f -exec stat -c '%n %s bytes' {} \; | head -1)"
-} >"$out/build_cost.txt" 2>&1
-sed 's/^/    /' "$out/build_cost.txt" | tee -a "$summary"
+} 2>&1 | sed 's/^/    /' | tee -a "$summary"
 
 step fp8_tests "$out/tests.log" "$bdir/tests/test_gpu" -tc="sm80 FP8*" || status=1
 STEP_TIMEOUT=60 step memcheck "$out/memcheck.log" env FMHA_TEST_QUICK=8 compute-sanitizer --tool memcheck \
@@ -68,5 +71,26 @@ STEP_TIMEOUT=60 step memcheck "$out/memcheck.log" env FMHA_TEST_QUICK=8 compute-
 bench=$(find "$bdir" -name bench_cuda -type f -perm -u+x | head -1)
 STEP_PATTERN='^\| B=|copy bandwidth' STEP_TIMEOUT=120 step bench "$out/bench.log" "$bench" --suite fp8kv \
   --kernels cuda_sm80_tc --no-check || status=1
+grep -E "^\| B=" "$out/bench.log" | sed 's/^/tile 64,4,3 (default) /' >"$out/variants.log"
+
+# Other D=128 FP8 tiles (FMHA_SM80_FP8KV_TILE_D128 = kBlockN,kMinBlocksPerSm,
+# kRawStages; only the FP8 d128 units and the host plan recompile), while
+# the 4-minute budget lasts.
+for tile in 128,2,3 32,7,3 64,5,2; do
+  if ((SECONDS > 170)); then
+    note "tile $tile: skipped (time)"
+    continue
+  fi
+  t0=$SECONDS
+  if cmake -S "$root" -B "$bdir" "-DFMHA_SM80_FP8KV_TILE_D128=$tile" >>"$out/build.log" 2>&1 &&
+    cmake --build "$bdir" -j16 --target bench_cuda >>"$out/build.log" 2>&1; then
+    timeout 60 "$bench" --suite fp8kv --kernels cuda_sm80_tc --no-check 2>&1 | grep -E "^\| B=" |
+      sed "s/^/tile $tile /" >>"$out/variants.log"
+    note "tile $tile: $((SECONDS - t0)) s (rebuild + bench), variants.log"
+  else
+    note "tile $tile: build failed (build.log)"
+  fi
+done
+grep -E "e4m3 K/V \||e5m2 K/V \|" "$out/variants.log" | grep -v descales | sed 's/^/    /' | tee -a "$summary"
 note "status $status"
 exit $status

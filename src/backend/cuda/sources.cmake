@@ -111,6 +111,28 @@ endfunction()
 # cuda_sm80_tc: its units build with the library's architectures.
 fmha_kernel_instances(sm80 SM80 _sm80_units)
 list(APPEND FMHA_SOURCES ${_sm80_units})
+# Experiments only: another D=128 FP8 K/V tile (sm80/tile_config.h), given
+# to the FP8 units and the host plan (sm80_forward.cu), which must agree.
+set(FMHA_SM80_FP8KV_TILE_D128 "" CACHE STRING
+    "experiments: cuda_sm80_tc's D=128 FP8 K/V tile as kBlockN,kMinBlocksPerSm,kRawStages (empty: the tuned one)")
+if(FMHA_SM80_FP8KV_TILE_D128)
+  if(NOT FMHA_SM80_FP8KV_TILE_D128 MATCHES "^[0-9]+,[0-9]+,[0-9]+$")
+    message(FATAL_ERROR "FMHA_SM80_FP8KV_TILE_D128: '${FMHA_SM80_FP8KV_TILE_D128}' is not kBlockN,kMinBlocksPerSm,kRawStages")
+  endif()
+  set(_fp8kv_sources backend/cuda/sm80/sm80_forward.cu)
+  foreach(unit IN LISTS _sm80_units)
+    if(unit MATCHES "_f8kv_d128\\.cu$")
+      list(APPEND _fp8kv_sources ${unit})
+    endif()
+  endforeach()
+  # Three definitions: nvcc would split one -D value at its commas.
+  string(REPLACE "," ";" _fp8kv_tile "${FMHA_SM80_FP8KV_TILE_D128}")
+  list(GET _fp8kv_tile 0 _fp8kv_n)
+  list(GET _fp8kv_tile 1 _fp8kv_ctas)
+  list(GET _fp8kv_tile 2 _fp8kv_stages)
+  set_source_files_properties(${_fp8kv_sources} PROPERTIES COMPILE_DEFINITIONS
+                              "FMHA_SM80_FP8KV_D128_N=${_fp8kv_n};FMHA_SM80_FP8KV_D128_CTAS=${_fp8kv_ctas};FMHA_SM80_FP8KV_D128_STAGES=${_fp8kv_stages}")
+endif()
 # cuda_sm90_ws: sm_90a machine code only, built as their own object library
 # (src/CMakeLists.txt) and linked into libfmha beside the other objects.
 fmha_kernel_instances(sm90 SM90 FMHA_SM90_KERNEL_SOURCES)

@@ -1004,9 +1004,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const bool biased = kAllOps && has_bias_or_alibi(p);
   const bool bias_init = biased && !softcapped;
 
-  // Whether this warp owns a valid row (warp-uniform). The FP8 narrow tile
-  // (Sm80Tuning::NarrowFp8Kv) has more warps than a decode unit has rows:
-  // the others only load and convert K/V and keep the barriers.
+  // Whether this warp owns a valid row (warp-uniform). An FP8 tile with
+  // more warps than a decode unit has rows (Sm80Tuning::NarrowFp8Kv is one
+  // warp today) lets the others only load K/V and keep the barriers.
   const bool computes = !kFp8Kv || row0 <= w.m_last;
   [[maybe_unused]] int raw_stage = 0;  // kFp8Kv: (t - t_begin) % kRawStages
   for (int t = w.t_begin; t < w.t_end; ++t) {
@@ -1035,9 +1035,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       if (t + 1 < w.t_end) load_v(sV + next, n_next);
       cp_async_commit();
     }
-    // The tiles of t: the 16-bit stage, or the converted FP8 tile (written
-    // at each use: computed up front, the V address stayed live through the
-    // scores and cost the 16-bit wide kernels spills).
+    // The tiles of t: the 16-bit stage, or the raw FP8 stage (addresses
+    // written at each use: computed up front, the V address stayed live
+    // through the scores and cost the 16-bit wide kernels spills).
 
     bool edge = false;
     if (computes) {

@@ -113,11 +113,22 @@ struct Sm80Tuning<96> {
   using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;  // unused: 96-byte rows are not whole k32 blocks
 };
 
+// An experiment's D=128 FP8 tile: FMHA_SM80_FP8KV_TILE_D128 (a CMake cache
+// variable, empty by default) = "kBlockN,kMinBlocksPerSm,kRawStages" of a
+// one-warp 16-row tile, compiled into the FP8 units and the host plan alike
+// (tools/device/fp8dec.sh compares a few against the default).
+template <int kBlockN, int kMinBlocksPerSm, int kRawStages>
+using Fp8KvTileD128 = Fp8KvTileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kRawStages>;
+
 template <>
 struct Sm80Tuning<128> {
   using Wide = TileConfig<128, 128, 64, 4, 2>;
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
-  using NarrowFp8Kv = Fp8KvTileConfig<128, 16, 64, 1, 4, 3>;
+#ifdef FMHA_SM80_FP8KV_D128_N
+  using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES>;
+#else
+  using NarrowFp8Kv = Fp8KvTileD128<64, 4, 3>;
+#endif
 };
 
 template <>
