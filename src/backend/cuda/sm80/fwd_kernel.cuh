@@ -668,15 +668,24 @@ struct WarpQKFp8 {
 // (keys 16kk + 0..7, + 8..15 of chunks 2cp and 2cp + 1) feeds four mma.
 // kGuarded: NonFiniteV's guarded product (warp_pv_guarded's), on the
 // converted pairs.
+//
+// The product runs in F16 whatever q's type (kFp8PvInF16): V's FP8 values
+// are exact in F16, so a BF16 q skips the F16 -> BF16 step on V (3 of its
+// 5 instructions per pair), and P in F16 keeps 11 significant bits where
+// BF16 keeps 8 (P is in [0, 1]; weights under 2^-14 of the row maximum
+// lose bits, under 2^-24 flush to 0, as with an F16 q).
 // ---------------------------------------------------------------------------
+constexpr bool kFp8PvInF16 = true;
+
 template <class T, class Cfg>
 struct WarpPVFp8 {
   using Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  using Pv = std::conditional_t<kFp8PvInF16, __half, T>;  // the product's 16-bit type
   template <__nv_fp8_interpretation_t kKind, bool kGuarded>
   __device__ static void run(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
                              const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV, int lane) {
-    using P = Fp8Pairs<T>;
-    using NF = NonFiniteV<T>;
+    using P = Fp8Pairs<Pv>;
+    using NF = NonFiniteV<Pv>;
     constexpr uint32_t kOnes = NF::kOne | (NF::kOne << 16);
     // The lane's ldmatrix row: key (lane & 7) + 8 ((lane >> 3) & 1), chunk
     // 2cp + (lane >> 4).
@@ -690,8 +699,8 @@ struct WarpPVFp8 {
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
           const float p0 = p[ms][2 * kk + x / 2][2 * (x % 2)], p1 = p[ms][2 * kk + x / 2][2 * (x % 2) + 1];
-          pf[ms][x] = pack2<T>(p0, p1);
-          if constexpr (kGuarded) pw[ms][x] = pack2<T>(p0 != 0.f ? 1.f : 0.f, p1 != 0.f ? 1.f : 0.f);
+          pf[ms][x] = pack2<Pv>(p0, p1);
+          if constexpr (kGuarded) pw[ms][x] = pack2<Pv>(p0 != 0.f ? 1.f : 0.f, p1 != 0.f ? 1.f : 0.f);
         }
 #pragma unroll
       for (int cp = 0; cp < Cfg::kHeadDim / 32; ++cp) {
@@ -720,15 +729,15 @@ struct WarpPVFp8 {
 #pragma unroll
             for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
               float z[4] = {0.f, 0.f, 0.f, 0.f};
-              MmaType<T>::mma(o[ms][4 * cp + x], pf[ms], vs[0], vs[1]);
-              MmaType<T>::mma(z, pw[ms], vb[0], vb[1]);
+              MmaType<Pv>::mma(o[ms][4 * cp + x], pf[ms], vs[0], vs[1]);
+              MmaType<Pv>::mma(z, pw[ms], vb[0], vb[1]);
 #pragma unroll
               for (int e = 0; e < 4; ++e)
                 if (z[e] != 0.f) o[ms][4 * cp + x][e] = __int_as_float(0x7fc00000);  // NaN
             }
           } else {
 #pragma unroll
-            for (int ms = 0; ms < Cfg::kMSlices; ++ms) MmaType<T>::mma(o[ms][4 * cp + x], pf[ms], b[x][0], b[x][1]);
+            for (int ms = 0; ms < Cfg::kMSlices; ++ms) MmaType<Pv>::mma(o[ms][4 * cp + x], pf[ms], b[x][0], b[x][1]);
           }
         }
       }
