@@ -31,8 +31,8 @@ list(APPEND FMHA_SOURCES
 # specialization, and a registry row's head-dim column holds at most 6.
 # cuda_sm80_tc also takes <dtype>_f8kv:<head_dim>: q (and o) in f16/bf16
 # with an FP8 K/V cache (either FP8 kind, a run-time branch), instantiated
-# only for the head dims of KV caches in use (64, 128, 256), on one tile
-# (Sm80Tuning::NarrowFp8Kv, decode and prefill alike: 6 kernels per unit).
+# only for the head dims of KV caches in use (64, 128, 256), on its own
+# decode and prefill tiles (Sm80Tuning::NarrowFp8Kv, WideFp8Kv).
 set(FMHA_SM80_INSTANCES
   "f16:32;f16:64;f16:96;f16:128;f16:256;bf16:32;bf16:64;bf16:96;bf16:128;bf16:256;f16_f8kv:64;f16_f8kv:128;f16_f8kv:256;bf16_f8kv:64;bf16_f8kv:128;bf16_f8kv:256"
   CACHE STRING "cuda_sm80_tc instantiations, dtype:head_dim pairs (dtype f16, bf16, f16_f8kv or bf16_f8kv)")

@@ -55,18 +55,15 @@ fmha_status launch_fwd_config(const FwdParams& p, const LaunchArgs& a) {
   }
 }
 
-// An FP8 KV cache runs one tile, Sm80Tuning::NarrowFp8Kv, for decode and
-// prefill alike (make_plan sets a.narrow for it): 6 kernels per FP8 unit.
+// An FP8 KV cache runs its own tiles, Sm80Tuning::NarrowFp8Kv (decode) and
+// WideFp8Kv (prefill).
 template <class T, int kHeadDim, bool kFp8Kv>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a) {
   using Tuning = Sm80Tuning<kHeadDim>;
-  fmha_status s = FMHA_ERROR_INTERNAL;
-  if constexpr (kFp8Kv)
-    s = a.narrow ? launch_fwd_config<T, true, typename Tuning::NarrowFp8Kv>(p, a)
-                 : fail(FMHA_ERROR_INTERNAL, "cuda_sm80_tc: FP8 K/V runs the narrow tile only");
-  else
-    s = a.narrow ? launch_fwd_config<T, false, typename Tuning::Narrow>(p, a)
-                 : launch_fwd_config<T, false, typename Tuning::Wide>(p, a);
+  using Narrow = std::conditional_t<kFp8Kv, typename Tuning::NarrowFp8Kv, typename Tuning::Narrow>;
+  using Wide = std::conditional_t<kFp8Kv, typename Tuning::WideFp8Kv, typename Tuning::Wide>;
+  const fmha_status s =
+      a.narrow ? launch_fwd_config<T, kFp8Kv, Narrow>(p, a) : launch_fwd_config<T, kFp8Kv, Wide>(p, a);
   if (s != FMHA_SUCCESS || p.num_splits == 1) return s;
   return launch_split_combine<T>(fwd_combine_params(p), a.stream);
 }

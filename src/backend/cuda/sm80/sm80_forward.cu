@@ -40,7 +40,7 @@ constexpr Shape shape_of() {
 template <int kHeadDim>
 Shape shape_for(bool narrow, bool fp8_kv) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
-  if (fp8_kv) return shape_of<typename Tuning::NarrowFp8Kv>();  // its only tile (make_plan)
+  if (fp8_kv) return narrow ? shape_of<typename Tuning::NarrowFp8Kv>() : shape_of<typename Tuning::WideFp8Kv>();
   return narrow ? shape_of<typename Tuning::Narrow>() : shape_of<typename Tuning::Wide>();
 }
 
@@ -123,9 +123,7 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   Plan plan;
   const int64_t group = p.group_size();
   const int64_t pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
-  // An FP8 KV cache runs its one tile (Sm80Tuning::NarrowFp8Kv: decode is
-  // what it is for) for prefill too, 16 rows per CTA.
-  plan.narrow = p.seq_q * pack <= kMaxNarrowRows || is_fp8(p.kv_dtype);
+  plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
     plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype));
   });

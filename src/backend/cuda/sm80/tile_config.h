@@ -79,16 +79,23 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
 //   Decode FP16 Hq=32 Hk=8 D=128: Nk=4096 16.7 us, 32768 47 us, 131072
 //   0.137-0.140 ms (FA2 18, 47-59 us, 0.151 ms; 131072 streams K/V at
 //   91-93% of the measured 4.2 TB/s copy bandwidth).
-// NarrowFp8Kv: the tile of an FP8 KV cache (the kFp8Kv instantiations;
-//   decode is what an FP8 cache is for, and prefill over one runs on the
-//   same tile). The 16-bit narrow shape (one warp x 16 rows) with the K/V
-//   stages kept FP8 and converted in registers after each fragment load,
-//   three raw stages (half the bytes of a 16-bit stage) and four CTAs per
-//   SM. The previous FP8 tile (4 warps converting each raw tile into a
-//   16-bit one in shared memory, two stages) streamed K+V at 41-46% of the
-//   copy bandwidth, 0.91-0.96x the BF16 K/V decode (H200, BF16 q, GQA 32/8,
-//   D=128; docs/performance.md). Not yet measured (prediction in
-//   docs/performance.md).
+// NarrowFp8Kv: the decode tile of an FP8 KV cache (the kFp8Kv
+//   instantiations, units of <= 32 rows). The 16-bit narrow shape (one
+//   warp x 16 rows) with the K/V stages kept FP8 and converted in registers
+//   after each fragment load, three raw stages (half the bytes of a 16-bit
+//   stage) and four CTAs per SM. H200, GQA 32/8, D=128, Nq=1, K+V bytes
+//   against the copy bandwidth (docs/performance.md, 2026-12-01): BF16 q
+//   e4m3 0.50 (B=1 Nk=131072) / 0.61 (B=16 Nk=8192), F16 q e5m2 0.70 /
+//   0.84; the previous FP8 tile (4 warps converting each raw tile into a
+//   16-bit one in shared memory, two stages) 0.41 / 0.46. Other D=128
+//   tiles in the same run (kBlockN, CTAs per SM, raw stages): 32, 7, 3
+//   0.50 / 0.73 for BF16 e4m3 but 0.58 / 0.83 for F16 e5m2; 64, 5, 2
+//   0.46 / 0.55; 128, 2, 3 0.25 / 0.28.
+// WideFp8Kv: prefill over an FP8 cache (units of > 32 rows): the same
+//   warp (16 rows, in-register conversion), four of them sharing each K/V
+//   tile, two CTAs per SM. Run on the decode tile, an FP8 prefill (BF16 q,
+//   causal N=4096, GQA 32/8, D=128) made 99.6 TFLOP/s, 0.30x BF16 K/V on
+//   the 16-bit wide tile. Not yet measured.
 template <int kHeadDim>
 struct Sm80Tuning;
 
@@ -97,6 +104,7 @@ struct Sm80Tuning<32> {
   using Wide = TileConfig<32, 128, 128, 4, 2>;
   using Narrow = TileConfig<32, 16, 128, 1, 3>;
   using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3>;
+  using WideFp8Kv = Fp8KvTileConfig<32, 64, 128, 4, 2, 3>;
 };
 
 template <>
@@ -104,13 +112,16 @@ struct Sm80Tuning<64> {
   using Wide = TileConfig<64, 128, 128, 4, 2>;
   using Narrow = TileConfig<64, 16, 128, 1, 3>;
   using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3>;
+  using WideFp8Kv = Fp8KvTileConfig<64, 64, 128, 4, 2, 3>;
 };
 
 template <>
 struct Sm80Tuning<96> {
   using Wide = TileConfig<96, 128, 64, 4, 2>;
   using Narrow = TileConfig<96, 16, 64, 1, 3>;
-  using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;  // unused: 96-byte rows are not whole k32 blocks
+  // Unused: no FP8 K/V instantiation at D=96 (Fp8KvTile's swizzle).
+  using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;
+  using WideFp8Kv = Fp8KvTileConfig<96, 64, 64, 4, 2, 3>;
 };
 
 // An experiment's D=128 FP8 tile: FMHA_SM80_FP8KV_TILE_D128 (a CMake cache
@@ -129,6 +140,7 @@ struct Sm80Tuning<128> {
 #else
   using NarrowFp8Kv = Fp8KvTileD128<64, 4, 3>;
 #endif
+  using WideFp8Kv = Fp8KvTileConfig<128, 64, 64, 4, 2, 3>;
 };
 
 template <>
@@ -136,13 +148,14 @@ struct Sm80Tuning<256> {
   using Wide = TileConfig<256, 128, 64, 8, 1>;
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
   using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3>;
+  using WideFp8Kv = Fp8KvTileConfig<256, 64, 32, 4, 2, 3>;
 };
 
 // Every instantiated head dim (the build's list, FMHA_SM80_INSTANCES) has
 // its tuning, keyed by the right head dim.
 #define FMHA_SM80_TUNED_(D)                                                                        \
   static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D &&   \
-                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D,                                  \
+                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D && Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
                 "Sm80Tuning<" #D "> is missing or mis-keyed");
 FMHA_SM80_HEAD_DIMS(FMHA_SM80_TUNED_)
 #undef FMHA_SM80_TUNED_
