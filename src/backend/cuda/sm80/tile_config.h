@@ -42,11 +42,12 @@ struct TileConfig {
   static_assert(kHeadDim % 16 == 0, "whole k16 steps of Q K^T and n8 pairs of P V");
 };
 
-// The tile of an FP8 KV cache (the kFp8Kv instantiations, decode): K and V
-// stay FP8 in shared memory, kRawStages raw stages of kBlockN x kHeadDim
-// bytes each (half a 16-bit stage, so more of them fit), converted to q's
-// 16-bit type in registers after each fragment load (fwd_kernel.cuh:
-// WarpQKFp8, WarpPVFp8). Only the Q tile is 16-bit.
+// A tile of an FP8 KV cache (the kFp8Kv instantiations): K and V stay FP8
+// in shared memory, kRawStages raw stages of kBlockN x kHeadDim bytes each
+// (half a 16-bit stage, so more of them fit), converted in registers after
+// each fragment load (fwd_kernel.cuh: WarpQKFp8, WarpPVFp8). Only the Q
+// tile is 16-bit. (The score-ops sizes of TileConfig do not apply: the FP8
+// kernels run no bias.)
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kRawStages_>
 struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_> {
   using Base = TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_>;
