@@ -46,8 +46,7 @@ struct TileConfig {
 // in shared memory, kRawStages raw stages of kBlockN x kHeadDim bytes each
 // (half a 16-bit stage, so more of them fit), converted in registers after
 // each fragment load (fwd_kernel.cuh: WarpQKFp8, WarpPVFp8). Only the Q
-// tile is 16-bit. (The score-ops sizes of TileConfig do not apply: the FP8
-// kernels run no bias.)
+// tile is 16-bit.
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kRawStages_>
 struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_> {
   using Base = TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_>;
