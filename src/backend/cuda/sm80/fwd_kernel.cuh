@@ -22,7 +22,8 @@
 //   Fp8KvTile      an FP8 K/V cache (kFp8Kv): K/V read from global memory
 //                  as FP8 into raw, swizzled shared stages that stay FP8;
 //   WarpQKFp8,     S = Q K^T and O += P V on them, converting each FP8
-//   WarpPVFp8      fragment to q's 16-bit type in registers after its load
+//   WarpPVFp8      fragment in registers after its load (K to q's 16-bit
+//                  type, V to F16)
 //   Epilogue       O / l and lse, or the per-split partials
 //                  (common/epilogue.cuh)
 //
