@@ -31,7 +31,8 @@ list(APPEND FMHA_SOURCES
 # specialization, and a registry row's head-dim column holds at most 6.
 # cuda_sm80_tc also takes <dtype>_f8kv:<head_dim>: q (and o) in f16/bf16
 # with an FP8 K/V cache (either FP8 kind, a run-time branch), instantiated
-# only for the head dims of KV caches in use (64, 128, 256).
+# only for the head dims of KV caches in use (64, 128, 256), on its own
+# decode and prefill tiles (Sm80Tuning::NarrowFp8Kv, WideFp8Kv).
 set(FMHA_SM80_INSTANCES
   "f16:32;f16:64;f16:96;f16:128;f16:256;bf16:32;bf16:64;bf16:96;bf16:128;bf16:256;f16_f8kv:64;f16_f8kv:128;f16_f8kv:256;bf16_f8kv:64;bf16_f8kv:128;bf16_f8kv:256"
   CACHE STRING "cuda_sm80_tc instantiations, dtype:head_dim pairs (dtype f16, bf16, f16_f8kv or bf16_f8kv)")
@@ -110,6 +111,28 @@ endfunction()
 # cuda_sm80_tc: its units build with the library's architectures.
 fmha_kernel_instances(sm80 SM80 _sm80_units)
 list(APPEND FMHA_SOURCES ${_sm80_units})
+# Experiments only: another D=128 FP8 K/V tile (sm80/tile_config.h), given
+# to the FP8 units and the host plan (sm80_forward.cu), which must agree.
+set(FMHA_SM80_FP8KV_TILE_D128 "" CACHE STRING
+    "experiments: cuda_sm80_tc's D=128 FP8 K/V tile as kBlockN,kMinBlocksPerSm,kRawStages (empty: the tuned one)")
+if(FMHA_SM80_FP8KV_TILE_D128)
+  if(NOT FMHA_SM80_FP8KV_TILE_D128 MATCHES "^[0-9]+,[0-9]+,[0-9]+$")
+    message(FATAL_ERROR "FMHA_SM80_FP8KV_TILE_D128: '${FMHA_SM80_FP8KV_TILE_D128}' is not kBlockN,kMinBlocksPerSm,kRawStages")
+  endif()
+  set(_fp8kv_sources backend/cuda/sm80/sm80_forward.cu)
+  foreach(unit IN LISTS _sm80_units)
+    if(unit MATCHES "_f8kv_d128\\.cu$")
+      list(APPEND _fp8kv_sources ${unit})
+    endif()
+  endforeach()
+  # Three definitions: nvcc would split one -D value at its commas.
+  string(REPLACE "," ";" _fp8kv_tile "${FMHA_SM80_FP8KV_TILE_D128}")
+  list(GET _fp8kv_tile 0 _fp8kv_n)
+  list(GET _fp8kv_tile 1 _fp8kv_ctas)
+  list(GET _fp8kv_tile 2 _fp8kv_stages)
+  set_source_files_properties(${_fp8kv_sources} PROPERTIES COMPILE_DEFINITIONS
+                              "FMHA_SM80_FP8KV_D128_N=${_fp8kv_n};FMHA_SM80_FP8KV_D128_CTAS=${_fp8kv_ctas};FMHA_SM80_FP8KV_D128_STAGES=${_fp8kv_stages}")
+endif()
 # cuda_sm90_ws: sm_90a machine code only, built as their own object library
 # (src/CMakeLists.txt) and linked into libfmha beside the other objects.
 fmha_kernel_instances(sm90 SM90 FMHA_SM90_KERNEL_SOURCES)

@@ -22,9 +22,10 @@
 //   WarpPV         O += P V with P taken from registers (no shared memory
 //                  round trip) and V through ldmatrix.trans
 //   Fp8KvTile      an FP8 K/V cache (kFp8Kv): K/V read from global memory
-//                  as FP8 into raw shared stages, each thread converting
-//                  the chunks it copied into the 16-bit tile WarpQK/WarpPV
-//                  read
+//                  as FP8 into raw, swizzled shared stages that stay FP8;
+//   WarpQKFp8,     S = Q K^T and O += P V on them, converting each FP8
+//   WarpPVFp8      fragment in registers after its load (K to q's 16-bit
+//                  type, V to F16)
 //   Epilogue       O / l and lse, or the per-split partials
 //                  (common/epilogue.cuh)
 //
@@ -520,34 +521,58 @@ __device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
 }
 
 // ---------------------------------------------------------------------------
-// Fp8KvTile: the K or V tile of an FP8 KV cache (k/v F8E4M3 or F8E5M2 under
-// an F16/BF16 q; the kFp8Kv instantiations). Global memory is read as FP8,
-// half the bytes of a 16-bit tile (decode is bound by these bytes), in
-// 16-byte cp.async chunks of 16 elements of one row into a raw stage, and
-// converted to T exactly (every FP8 value is an F16 and a BF16 value) into
-// the swizzled 16-bit tile that WarpQK / WarpPV read, FP8 chunk c of a row
-// becoming 16-bit chunks 2c and 2c + 1.
+// Fp8KvTile: the raw FP8 K or V tile of an FP8 KV cache (k/v F8E4M3 or
+// F8E5M2 under an F16/BF16 q; the kFp8Kv instantiations, Cfg a
+// Fp8KvTileConfig). Global memory is read as FP8, half the bytes of a
+// 16-bit tile (decode is bound by these bytes), in 16-byte cp.async chunks
+// of 16 elements of one key row, into [kRows][kHeadDim] bytes of shared
+// memory that stay FP8: WarpQKFp8 / WarpPVFp8 convert after each fragment
+// load, in registers.
 //
-// Each thread converts exactly the chunks it copied: the raw stages are in
-// effect thread-private (no barrier between copy and conversion, only the
-// thread's own cp.async.wait_group), so they need no swizzle either: chunk
-// idx = tid + pass * kThreads sits at byte 16 idx, and a warp's 16-byte
-// reads and copies touch consecutive addresses. Thread t copies chunk
-// t % kChunks of rows t / kChunks + pass * kRowsPerPass (whole row segments
-// per warp: coalesced). Rows at or past `n` are zero-filled, as in
-// TileLoader.
+// Swizzle: chunk c of key row r sits at chunk c ^ phase(r) of the row,
+// phase(r) a permutation of the row's chunk group over 8 rows chosen so
+// that (a) an ldmatrix 8x8 read (8 consecutive rows, one chunk: the V
+// fragments) and (b) a half warp's 8-byte K reads (4 consecutive rows x 2
+// adjacent chunks, the halves of a k32 block) touch distinct banks, and a
+// quarter warp's 16-byte copies (consecutive chunks) stay conflict-free.
+// With 128-byte bank rows: D >= 128 (rows a multiple of 128 bytes, 8-chunk
+// groups) needs phase(r) / 2 distinct over 4 consecutive rows, so phase =
+// 2 (r & 3) + ((r >> 2) & 1); D = 64 (two rows per bank row, 4-chunk
+// groups) needs phase over the even (odd) rows to be a permutation with
+// phase(r) ^ phase(r + 2) in {2, 3}; D = 32 (four rows per bank row)
+// needs phase(r) != phase(r + 4).
+//
+// Thread t copies chunk t % kChunks of rows t / kChunks + pass *
+// kRowsPerPass (whole row segments per warp: coalesced). Rows at or past
+// `n` are zero-filled, as in TileLoader.
 // ---------------------------------------------------------------------------
-template <class T, class Cfg, int kRows>
+template <class Cfg, int kRows>
 struct Fp8KvTile {
-  static constexpr int kChunks = Cfg::kHeadDim / 16;  // 16-byte FP8 chunks per row
+  static constexpr int kHeadDim = Cfg::kHeadDim;
+  static constexpr int kChunks = kHeadDim / 16;  // 16-byte FP8 chunks per row
   static constexpr int kRowsPerPass = Cfg::kThreads / kChunks;
   static constexpr int kPasses = kRows / kRowsPerPass;
-  static constexpr int kRawBytes = kRows * Cfg::kHeadDim;  // one raw stage
-  static constexpr bool kShapeOk =
-      Cfg::kHeadDim % 16 == 0 && Cfg::kThreads % kChunks == 0 && kRows % kRowsPerPass == 0;
+  static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "FP8 K/V rows are 32, 64, 128 or 256 bytes (the swizzle phases below)");
+  static_assert(Cfg::kThreads % kChunks == 0 && kRows % kRowsPerPass == 0 && kRows % 16 == 0,
+                "FP8 K/V tiles are whole passes of whole rows and whole k16 steps");
+
+  __device__ __forceinline__ static int phase(int r) {
+    if constexpr (kHeadDim >= 128) return ((r & 3) << 1) | ((r >> 2) & 1);
+    else if constexpr (kHeadDim == 64) return (((r >> 1) & 1) << 1) | ((r >> 2) & 1);
+    else return (r >> 2) & 1;
+  }
+  // Byte offset of 16-byte chunk c of row r in the tile.
+  __device__ __forceinline__ static uint32_t at(int r, int c) {
+    return static_cast<uint32_t>(r * kHeadDim + ((c ^ phase(r)) << 4));
+  }
+  // The chunk thread `tid` copies in pass `pass`.
+  __device__ __forceinline__ static uint32_t own(int tid, int pass) {
+    return at(tid / kChunks + pass * kRowsPerPass, tid % kChunks);
+  }
 
   // Rows [row0, row0 + kRows) of a contiguous operand (row stride `stride`
-  // elements = bytes) into the raw stage at `raw`.
+  // elements = bytes) into the raw tile at shared address `raw`.
   __device__ static void load(uint32_t raw, const uint8_t* base, int64_t stride, int row0, int n, int tid) {
     load_tile(raw, base + static_cast<int64_t>(row0) * stride, stride, n - row0, base, tid);
   }
@@ -556,14 +581,13 @@ struct Fp8KvTile {
   // zero-filled (their copies name `valid`, reading nothing).
   __device__ static void load_tile(uint32_t raw, const uint8_t* first, int64_t stride, int count,
                                    const uint8_t* valid, int tid) {
-    static_assert(kShapeOk, "FP8 K/V tiles are whole passes of whole 16-byte row chunks (head dims 32, 64, 128, 256)");
     const int r = tid / kChunks;
     const uint8_t* src = first + static_cast<int64_t>(r) * stride + (tid % kChunks) * 16;
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const bool in = r + pass * kRowsPerPass < count;
       const uint8_t* g = src + static_cast<int64_t>(pass * kRowsPerPass) * stride;
-      cp_async_16(raw + (tid + pass * Cfg::kThreads) * 16, in ? g : valid, in);
+      cp_async_16(raw + own(tid, pass), in ? g : valid, in);
     }
   }
 
@@ -584,57 +608,224 @@ struct Fp8KvTile {
     for (int pass = 0; pass < kPasses; ++pass) {
       const int row = row0 + r + pass * kRowsPerPass;
       const bool in = row < n;
-      cp_async_16(raw + (tid + pass * Cfg::kThreads) * 16, in ? base + row_offset(row) + c16 : base, in);
+      cp_async_16(raw + own(tid, pass), in ? base + row_offset(row) + c16 : base, in);
     }
   }
 
-  // Two FP8 elements (the low byte first) -> a pair of T, exactly.
-  template <__nv_fp8_interpretation_t kKind>
-  __device__ __forceinline__ static uint32_t pair(uint32_t two) {
-    const __half2 h = fp8x2_to_half2(static_cast<uint16_t>(two), kKind);
-    if constexpr (std::is_same<T, __half>::value) {
-      return *reinterpret_cast<const uint32_t*>(&h);
-    } else {
-      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
-      return *reinterpret_cast<const uint32_t*>(&b);
-    }
-  }
-
-  // The thread's chunks of the raw stage at byte `raw` of smem -> the
-  // 16-bit tile at byte `tile`; their copies must have landed
-  // (cp.async.wait_group). With `check`, returns whether any converted
-  // element is NaN or inf (NonFiniteV's vote, over this thread's part).
-  template <__nv_fp8_interpretation_t kKind>
-  __device__ static bool convert(unsigned char* smem, uint32_t raw, uint32_t tile, int tid, bool check) {
-    using NF = NonFiniteV<T>;
-    const int r = tid / kChunks;
-    const int c = tid % kChunks;
+  // Whether any element of this thread's copied chunks is NaN or inf once
+  // decoded (NonFiniteV's vote, over this thread's part): e4m3 magnitude
+  // 0x7f (NaN; e4m3 has no inf), e5m2 exponent 0x1f (inf, NaN). Bytewise:
+  // (x & m) + a carries into bit 7 exactly when x & m == m. Its copies must
+  // have landed (cp.async.wait_group).
+  __device__ static bool non_finite(const unsigned char* tile, int tid, bool e4m3) {
+    const uint32_t m = e4m3 ? 0x7f7f7f7fu : 0x7c7c7c7cu;
+    const uint32_t a = e4m3 ? 0x01010101u : 0x04040404u;
     uint32_t bad = 0;
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
-      const uint4 x = *reinterpret_cast<const uint4*>(smem + raw + (tid + pass * Cfg::kThreads) * 16);
-      uint4 lo, hi;
-      lo.x = pair<kKind>(x.x);
-      lo.y = pair<kKind>(x.x >> 16);
-      lo.z = pair<kKind>(x.y);
-      lo.w = pair<kKind>(x.y >> 16);
-      hi.x = pair<kKind>(x.z);
-      hi.y = pair<kKind>(x.z >> 16);
-      hi.z = pair<kKind>(x.w);
-      hi.w = pair<kKind>(x.w >> 16);
-      const int row = r + pass * kRowsPerPass;
-      *reinterpret_cast<uint4*>(smem + tile + swizzle<Cfg::kPitch>(row, 2 * c)) = lo;
-      *reinterpret_cast<uint4*>(smem + tile + swizzle<Cfg::kPitch>(row, 2 * c + 1)) = hi;
-      if (check)
-        bad |= NF::mask(lo.x) | NF::mask(lo.y) | NF::mask(lo.z) | NF::mask(lo.w) | NF::mask(hi.x) |
-               NF::mask(hi.y) | NF::mask(hi.z) | NF::mask(hi.w);
+      const uint4 x = *reinterpret_cast<const uint4*>(tile + own(tid, pass));
+      bad |= ((x.x & m) + a) | ((x.y & m) + a) | ((x.z & m) + a) | ((x.w & m) + a);
     }
-    return bad != 0;
+    return (bad & 0x80808080u) != 0;
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Fp8Pairs: FP8 bytes of a 32-bit word -> pairs of T (a B-operand register
+// of mma m16n8k16), exactly (every FP8 value is an F16 and a BF16 value).
+// pair<kKind>(w, kLo, kHi): the byte kLo of w in the low half, kHi in the
+// high half. e5m2 is F16's top byte (a byte permute places it, inf and NaN
+// included); e4m3 goes through cvt.rn.f16x2.e4m3x2 (sm_89+; the intrinsic's
+// software path on sm_80). A BF16 q then takes F16 -> F32 (exact) and the
+// F32s' top halves: FP8 values have at most 4 significant bits, so the
+// BF16 truncation is exact (NaN stays NaN, inf stays inf).
+// ---------------------------------------------------------------------------
+template <class T>
+struct Fp8Pairs {
+  template <__nv_fp8_interpretation_t kKind, int kLo, int kHi>
+  __device__ __forceinline__ static uint32_t pair(uint32_t w) {
+    uint32_t h;  // the pair as F16 bits
+    if constexpr (kKind == __NV_E5M2) {
+      h = __byte_perm(w, 0u, 0x0404u | (kLo << 4) | (kHi << 12));  // [kHi 0 kLo 0]
+    } else {
+      const uint32_t two = (kLo == 0 && kHi == 1) ? (w & 0xffffu)
+                           : (kLo == 2 && kHi == 3) ? (w >> 16)
+                                                    : __byte_perm(w, 0u, 0x4400u | kLo | (kHi << 4));
+      const __half2 x = fp8x2_to_half2(static_cast<uint16_t>(two), kKind);
+      h = *reinterpret_cast<const uint32_t*>(&x);
+    }
+    if constexpr (std::is_same<T, __half>::value) {
+      return h;
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+      return __byte_perm(__float_as_uint(f.x), __float_as_uint(f.y), 0x7632u);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// WarpQKFp8: s[ms][nt] = Q[rows of slice ms] . K[keys of n8 tile nt]^T with
+// K raw FP8 (Fp8KvTile). The sum over the head dim may visit the dims in
+// any order that Q and K agree on; this one makes each fragment one plain
+// load. Per k32 block j (dims 32j .. 32j + 31) lane l (q = l % 4) takes
+// dims 32j + 8q .. 32j + 8q + 7: of K's row of key l / 4, one 8-byte read
+// (FP8 u.x = dims +0..3, u.y = +4..7); of Q's rows l / 4 and l / 4 + 8, one
+// 16-byte read each (x, y: 16-bit dims +0..7). The block's two k16 steps
+// then are: step A (k 2q, 2q+1 <- dims +0, +1; k 2q+8, 2q+9 <- dims +2, +3)
+// a = {x.x, y.x, x.y, y.y}, b = {pair(u.x: bytes 0, 1), pair(u.x: 2, 3)};
+// step B (dims +4..7) a = {x.z, y.z, x.w, y.w}, b from u.y alike.
+// ---------------------------------------------------------------------------
+template <class T, class Cfg>
+struct WarpQKFp8 {
+  using Acc = float[Cfg::kMSlices][Cfg::kNTiles][4];
+  using Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  template <__nv_fp8_interpretation_t kKind>
+  __device__ static void run(Acc& s, const unsigned char* sQ, const unsigned char* sK, int warp, int lane) {
+    using P = Fp8Pairs<T>;
+    const int q = lane & 3;
+    const int row = warp * Cfg::kRowsPerWarp + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < Cfg::kHeadDim / 32; ++j) {
+      uint4 x[Cfg::kMSlices], y[Cfg::kMSlices];
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+        x[ms] = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16, 4 * j + q));
+        y[ms] = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16 + 8, 4 * j + q));
+      }
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
+        const uint2 u =
+            *reinterpret_cast<const uint2*>(sK + Tile::at(nt * 8 + (lane >> 2), 2 * j + (q >> 1)) + 8 * (q & 1));
+        const uint32_t b0 = P::template pair<kKind, 0, 1>(u.x), b1 = P::template pair<kKind, 2, 3>(u.x);
+        const uint32_t b2 = P::template pair<kKind, 0, 1>(u.y), b3 = P::template pair<kKind, 2, 3>(u.y);
+#pragma unroll
+        for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+          const uint32_t a0[4] = {x[ms].x, y[ms].x, x[ms].y, y[ms].y};
+          const uint32_t a1[4] = {x[ms].z, y[ms].z, x[ms].w, y[ms].w};
+          MmaType<T>::mma(s[ms][nt], a0, b0, b1);
+          MmaType<T>::mma(s[ms][nt], a1, b2, b3);
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// WarpPVFp8: o += P V with V raw FP8 (Fp8KvTile). P is WarpPV's (the S
+// accumulator repacked). V's B fragment wants two keys of one dim per
+// register; an ldmatrix.trans of the byte tile (as b16 elements) gives
+// lane l (n = l / 4, q = l % 4) of an 8-key x 16-byte matrix the word
+// [V[2q+1][2n+1], V[2q+1][2n], V[2q][2n+1], V[2q][2n]] (byte 3 .. 0): bytes
+// 0 and 2 are the (k 2q, 2q+1) pair of dim 2n, bytes 1 and 3 that of dim
+// 2n+1. So each 16-dim chunk c feeds two n8 tiles of O in a permuted dim
+// order: tile 2c holds dims 16c + 2n (even), tile 2c+1 dims 16c + 2n + 1
+// (odd); unpermute_o restores WarpPV's order after the key loop. One x4
+// (keys 16kk + 0..7, + 8..15 of chunks 2cp and 2cp + 1) feeds four mma.
+// kGuarded: NonFiniteV's guarded product (warp_pv_guarded's), on the
+// converted pairs.
+//
+// The product runs in F16 whatever q's type (kFp8PvInF16): V's FP8 values
+// are exact in F16, so a BF16 q skips the F16 -> BF16 step on V (3 of its
+// 5 instructions per pair), and P in F16 keeps 11 significant bits where
+// BF16 keeps 8 (P is in [0, 1]; weights under 2^-14 of the row maximum
+// lose bits, under 2^-24 flush to 0, as with an F16 q).
+// ---------------------------------------------------------------------------
+constexpr bool kFp8PvInF16 = true;
+
+template <class T, class Cfg>
+struct WarpPVFp8 {
+  using Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  using Pv = std::conditional_t<kFp8PvInF16, __half, T>;  // the product's 16-bit type
+  template <__nv_fp8_interpretation_t kKind, bool kGuarded>
+  __device__ static void run(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
+                             const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV, int lane) {
+    using P = Fp8Pairs<Pv>;
+    using NF = NonFiniteV<Pv>;
+    constexpr uint32_t kOnes = NF::kOne | (NF::kOne << 16);
+    // The lane's ldmatrix row: key (lane & 7) + 8 ((lane >> 3) & 1), chunk
+    // 2cp + (lane >> 4).
+    const int key = (lane & 7) + (((lane >> 3) & 1) << 3);
+    const int half = lane >> 4;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+      uint32_t pf[Cfg::kMSlices][4], pw[Cfg::kMSlices][4];
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const float p0 = p[ms][2 * kk + x / 2][2 * (x % 2)], p1 = p[ms][2 * kk + x / 2][2 * (x % 2) + 1];
+          pf[ms][x] = pack2<Pv>(p0, p1);
+          if constexpr (kGuarded) pw[ms][x] = pack2<Pv>(p0 != 0.f ? 1.f : 0.f, p1 != 0.f ? 1.f : 0.f);
+        }
+#pragma unroll
+      for (int cp = 0; cp < Cfg::kHeadDim / 32; ++cp) {
+        uint32_t r[4];
+        ldmatrix_x4_trans(r, sV + Tile::at(16 * kk + key, 2 * cp + half));
+        // n8 tiles 4cp + {0, 1, 2, 3}: chunk 2cp even / odd dims, chunk
+        // 2cp + 1 even / odd dims; b0b1 from keys 0..7, b2b3 from 8..15.
+        uint32_t b[4][2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          b[2 * c][0] = P::template pair<kKind, 0, 2>(r[2 * c]);
+          b[2 * c][1] = P::template pair<kKind, 0, 2>(r[2 * c + 1]);
+          b[2 * c + 1][0] = P::template pair<kKind, 1, 3>(r[2 * c]);
+          b[2 * c + 1][1] = P::template pair<kKind, 1, 3>(r[2 * c + 1]);
+        }
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          if constexpr (kGuarded) {
+            uint32_t vs[2], vb[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const uint32_t bad = NF::mask(b[x][h]);
+              vs[h] = b[x][h] & ~bad;  // non-finite -> 0
+              vb[h] = bad & kOnes;     // non-finite -> 1, else 0
+            }
+#pragma unroll
+            for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+              float z[4] = {0.f, 0.f, 0.f, 0.f};
+              MmaType<Pv>::mma(o[ms][4 * cp + x], pf[ms], vs[0], vs[1]);
+              MmaType<Pv>::mma(z, pw[ms], vb[0], vb[1]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (z[e] != 0.f) o[ms][4 * cp + x][e] = __int_as_float(0x7fc00000);  // NaN
+            }
+          } else {
+#pragma unroll
+            for (int ms = 0; ms < Cfg::kMSlices; ++ms) MmaType<Pv>::mma(o[ms][4 * cp + x], pf[ms], b[x][0], b[x][1]);
+          }
+        }
+      }
+    }
   }
 
-  // convert() for the run-time FP8 kind (FwdParams::kv_dtype; CTA-uniform).
-  __device__ static bool convert(unsigned char* smem, uint32_t raw, uint32_t tile, int tid, bool e4m3, bool check) {
-    return e4m3 ? convert<__NV_E4M3>(smem, raw, tile, tid, check) : convert<__NV_E5M2>(smem, raw, tile, tid, check);
+  // WarpPVFp8's dim order -> WarpPV's, once after the key loop. Lane (r, q)
+  // of permuted tiles 2c / 2c+1 holds dims 16c + 4q + {0, 2} / {1, 3} (e =
+  // 0, 1: rows r, r + 8 in e = 2, 3); WarpPV's tile 2c holds dims 16c + 2q
+  // + {0, 1}, tile 2c+1 dims 16c + 8 + 2q + {0, 1}: lanes q / 2 and 2 + q / 2
+  // of the quad hold them, at the even (q even) or odd (q odd) entries.
+  __device__ static void unpermute_o(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], int lane) {
+    const int q = lane & 3;
+    const int src0 = (lane & ~3) | (q >> 1), src1 = src0 + 2;
+    const bool odd = q & 1;
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int c = 0; c < Cfg::kDTiles / 2; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // rows r (entries 0, 1) and r + 8 (2, 3)
+          float* ta = o[ms][2 * c];
+          float* tb = o[ms][2 * c + 1];
+          const float a0 = ta[2 * h], a1 = ta[2 * h + 1], b0 = tb[2 * h], b1 = tb[2 * h + 1];
+          const float a0s0 = __shfl_sync(0xffffffffu, a0, src0), a1s0 = __shfl_sync(0xffffffffu, a1, src0);
+          const float b0s0 = __shfl_sync(0xffffffffu, b0, src0), b1s0 = __shfl_sync(0xffffffffu, b1, src0);
+          const float a0s1 = __shfl_sync(0xffffffffu, a0, src1), a1s1 = __shfl_sync(0xffffffffu, a1, src1);
+          const float b0s1 = __shfl_sync(0xffffffffu, b0, src1), b1s1 = __shfl_sync(0xffffffffu, b1, src1);
+          ta[2 * h] = odd ? a1s0 : a0s0;
+          ta[2 * h + 1] = odd ? b1s0 : b0s0;
+          tb[2 * h] = odd ? a1s1 : a0s1;
+          tb[2 * h + 1] = odd ? b1s1 : b0s1;
+        }
   }
 };
 
@@ -695,17 +886,15 @@ struct Epilogue {
 // computed; cp.async groups are committed K, V, K, V, ... so "K of t ready"
 // is wait_group(1) and "V of t ready" is wait_group(2) after t+1's commits.
 //
-// kFp8Kv (an FP8 KV cache, Fp8KvTile): the two stages are raw FP8 ones,
-// and K and V each have one 16-bit tile, converted in place of the 16-bit
-// stages' second copy (the same shared memory: 2 raw stages of D bytes per
-// key = 1 tile of 2D bytes). Raw K[t+2] and V[t+2] are in flight while tile
-// t is computed (groups K0, V0, K1, V1, then K[t+2], V[t+2] per tile, so
-// "V[t] landed" is wait_group(2) and "K[t+1] landed" wait_group(1)). Per
-// tile: barrier 1 publishes K[t] (converted at the end of tile t-1) and
-// frees the V tile; V[t] is converted; S = Q K^T; barrier 2 publishes V[t]
-// (and votes NonFiniteV) and frees the K tile; O += P V; K[t+1] is
-// converted and K/V[t+2] issued. The conversions sit where no score is
-// live, so they cost few registers.
+// kFp8Kv (an FP8 KV cache, Cfg a Fp8KvTileConfig): K and V stay FP8 in
+// kRawStages raw stages each (Fp8KvTile) and are converted in registers
+// by WarpQKFp8 / WarpPVFp8. Groups K, V per tile, kRawStages - 1 tiles
+// ahead: at the top of tile t the groups of tiles t .. t + S - 2 are in
+// flight (S = kRawStages), so "K[t] landed" is wait_group(2S - 3); barrier
+// 1 publishes it and frees the stage of tile t-1, into which K/V[t+S-1]
+// are issued; then "V[t] landed" is wait_group(2S - 2), and barrier 2
+// publishes it (and votes NonFiniteV). No conversion pass, no barrier
+// besides the two a 16-bit tile has.
 // ---------------------------------------------------------------------------
 // kMode: the operand layout this instantiation reads (launch.h: SeqMode).
 // Dense problems read no metadata; ragged and seqused_k problems resolve
@@ -716,6 +905,18 @@ struct Epilogue {
 // fwd_params.h: none, softcap alone, or softcap, bias and ALiBi, each then
 // under a run-time uniform branch); the plain path carries no code for them.
 // The FP8 K/V instantiations run no bias or ALiBi (sm80_supports).
+// The raw FP8 stages of a kFp8Kv tile (none for a 16-bit one).
+template <class Cfg, bool kFp8Kv>
+struct Fp8StagesOf {
+  static constexpr int value = 1;
+  static constexpr uint32_t bytes = 0;
+};
+template <class Cfg>
+struct Fp8StagesOf<Cfg, true> {
+  static constexpr int value = Cfg::kRawStages;
+  static constexpr uint32_t bytes = Cfg::kSmemRaw;
+};
+
 template <class T, bool kFp8Kv, class Cfg, ScoreOps kOps, SeqMode kMode>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     fwd_kernel(const __grid_constant__ FwdParams p) {
@@ -770,14 +971,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const uint32_t sV = sK + Cfg::kStages * Cfg::kSmemKV;     // + stage * kSmemKV
   using QLoader = TileLoader<T, Cfg, Cfg::kBlockM>;
   using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
-  // kFp8Kv: one 16-bit K tile at sK, one V tile at sK + kSmemKV, then the
-  // raw FP8 stages of K and of V (+ stage * kRawBytes each).
-  using Fp8Tile = Fp8KvTile<T, Cfg, Cfg::kBlockN>;
-  const uint32_t sV16 = sK + Cfg::kSmemKV;
-  constexpr uint32_t rawK = Cfg::kSmemQ + 2 * Cfg::kSmemKV;  // byte offsets in smem
-  constexpr uint32_t rawV = rawK + Cfg::kStages * Fp8Tile::kRawBytes;
-  static_assert(rawV + Cfg::kStages * Fp8Tile::kRawBytes <= Cfg::kSmemBytes,
-                "the raw FP8 stages fit where the 16-bit tiles' second stages would be");
+  // kFp8Kv: after the Q tile, the raw FP8 stages of K, then those of V
+  // (byte offsets in smem, + stage * kSmemRaw each).
+  using Fp8Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  constexpr int kRawStages = Fp8StagesOf<Cfg, kFp8Kv>::value;
+  constexpr uint32_t kRawBytes = Fp8StagesOf<Cfg, kFp8Kv>::bytes;
+  constexpr uint32_t rawK = Cfg::kSmemQ;
+  constexpr uint32_t rawV = rawK + kRawStages * kRawBytes;
+  static_assert(!kFp8Kv || rawV + kRawStages * kRawBytes <= Cfg::kSmemBytes, "the raw FP8 stages fit the tile");
   [[maybe_unused]] const bool e4m3 = p.kv_dtype == FMHA_DTYPE_F8E4M3;
 
   // K or V rows [n0, n0 + kBlockN) of the sequence into a stage; rows at or
@@ -854,7 +1055,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   };
 
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next
-  // (kFp8Kv: then K and V of t_begin + 1, and K[t_begin] converted).
+  // (kFp8Kv: then K and V of the next kRawStages - 2 tiles).
   if (p.pack == 1) {
     QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, w.rows(p), tid);
   } else {
@@ -870,15 +1071,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   }
   if constexpr (kFp8Kv) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kRawStages - 1; ++i) {
       const int t = w.t_begin + i;
-      if (t < w.t_end) load_k(rawK + i * Fp8Tile::kRawBytes, t * Cfg::kBlockN);
+      if (t < w.t_end) load_k(rawK + i * kRawBytes, t * Cfg::kBlockN);
       cp_async_commit();
-      if (t < w.t_end) load_v(rawV + i * Fp8Tile::kRawBytes, t * Cfg::kBlockN);
+      if (t < w.t_end) load_v(rawV + i * kRawBytes, t * Cfg::kBlockN);
       cp_async_commit();
     }
-    cp_async_wait<3>();  // Q and K[t_begin] landed (this thread's part)
-    if (w.t_begin < w.t_end) Fp8Tile::convert(smem, rawK, sK - sQ, tid, e4m3, false);
   } else {
     if constexpr (kPaged) {
       // The entries of t_begin .. t_begin + 2 first (one wait for them and
@@ -918,24 +1117,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const bool biased = kAllOps && has_bias_or_alibi(p);
   const bool bias_init = biased && !softcapped;
 
-  // Whether this warp owns a valid row (warp-uniform). The FP8 narrow tile
-  // (Sm80Tuning::NarrowFp8Kv) has more warps than a decode unit has rows:
-  // the others only load and convert K/V and keep the barriers.
+  // Whether this warp owns a valid row (warp-uniform). An FP8 tile with
+  // more warps than a decode unit has rows (Sm80Tuning::NarrowFp8Kv is one
+  // warp today) lets the others only load K/V and keep the barriers.
   const bool computes = !kFp8Kv || row0 <= w.m_last;
+  [[maybe_unused]] int raw_stage = 0;  // kFp8Kv: (t - t_begin) % kRawStages
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
     [[maybe_unused]] const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
     [[maybe_unused]] bool v_bad = false;
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
     if constexpr (kFp8Kv) {
-      __syncthreads();  // K[t] converted by every thread; every warp is done with V[t-1]
-      // V[t] into the V tile now, while no score is live (registers); the
-      // non-finite check only on tiles with a mask edge (below).
-      cp_async_wait<2>();  // raw V[t] landed (this thread's part)
-      const uint32_t raw = static_cast<uint32_t>((t - w.t_begin) & 1) * Fp8Tile::kRawBytes;
-      const int n0 = t * Cfg::kBlockN;
-      const bool check = kGuardNonFiniteV && (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min);
-      v_bad = Fp8Tile::convert(smem, rawV + raw, sV16 - sQ, tid, e4m3, check);
+      cp_async_wait<2 * kRawStages - 3>();  // K[t] landed (this thread's part) ...
+      __syncthreads();  // ... everyone's; and every warp is done with tile t-1's stage
+      const int ahead = t + kRawStages - 1;
+      const int free_stage = raw_stage == 0 ? kRawStages - 1 : raw_stage - 1;  // tile t-1's
+      if (ahead < w.t_end) load_k(rawK + free_stage * kRawBytes, ahead * Cfg::kBlockN);
+      cp_async_commit();
+      if (ahead < w.t_end) load_v(rawV + free_stage * kRawBytes, ahead * Cfg::kBlockN);
+      cp_async_commit();
     } else {
       if (bias_init)
         ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale,
@@ -956,9 +1156,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       cp_async_commit();
       if (kPaged && t + 2 < w.t_end) prefetch_tile(n_next + Cfg::kBlockN);
     }
-    // The tiles of t: the 16-bit stage, or the converted FP8 tile (written
-    // at each use: computed up front, the V address stayed live through the
-    // scores and cost the 16-bit wide kernels spills).
+    // The tiles of t: the 16-bit stage, or the raw FP8 stage (addresses
+    // written at each use: computed up front, the V address stayed live
+    // through the scores and cost the 16-bit wide kernels spills).
 
     bool edge = false;
     if (computes) {
@@ -969,7 +1169,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
           for (int nt = 0; nt < Cfg::kNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
-      WarpQK<T, Cfg>::run(s, sQ, kFp8Kv ? sK : sK + stage, addr);
+      if constexpr (kFp8Kv) {
+        const unsigned char* sKr = smem + rawK + raw_stage * kRawBytes;
+        if (e4m3)
+          WarpQKFp8<T, Cfg>::template run<__NV_E4M3>(s, smem, sKr, warp, lane);
+        else
+          WarpQKFp8<T, Cfg>::template run<__NV_E5M2>(s, smem, sKr, warp, lane);
+      } else {
+        WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
+      }
       if (negate) {  // a negative q_descale * k_descale (CTA-uniform)
 #pragma unroll
         for (int ms = 0; ms < Cfg::kMSlices; ++ms)
@@ -992,9 +1200,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 
     bool guard;
     if constexpr (kFp8Kv) {
-      // The barrier publishes V[t], frees the K tile, and votes NonFiniteV
-      // (v_bad: only checked on edge tiles, see above).
-      guard = __syncthreads_or(kGuardNonFiniteV && v_bad) != 0;
+      cp_async_wait<2 * kRawStages - 2>();  // V[t] landed (this thread's part)
+      // The barrier publishes V[t] and votes NonFiniteV (edge tiles only).
+      const int n0 = t * Cfg::kBlockN;
+      const bool check = kGuardNonFiniteV && (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min);
+      v_bad = check && Fp8Tile::non_finite(smem + rawV + raw_stage * kRawBytes, tid, e4m3);
+      guard = __syncthreads_or(v_bad) != 0;
     } else {
       cp_async_wait<2>();  // V[t] landed (this thread's part)
       // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
@@ -1005,27 +1216,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
                                    smem + (sV + stage - sQ), tid)) != 0;
     }
     if (computes) {
-      if (kGuardNonFiniteV && guard)
-        warp_pv_guarded<T, Cfg>(o, s, kFp8Kv ? sV16 : sV + stage, addr);
-      else
-        WarpPV<T, Cfg>::run(o, s, kFp8Kv ? sV16 : sV + stage, addr);
+      if constexpr (kFp8Kv) {
+        using PV = WarpPVFp8<T, Cfg>;
+        const uint32_t sVr = sQ + rawV + raw_stage * kRawBytes;
+        if (kGuardNonFiniteV && guard)
+          e4m3 ? PV::template run<__NV_E4M3, true>(o, s, sVr, lane) : PV::template run<__NV_E5M2, true>(o, s, sVr, lane);
+        else
+          e4m3 ? PV::template run<__NV_E4M3, false>(o, s, sVr, lane)
+               : PV::template run<__NV_E5M2, false>(o, s, sVr, lane);
+      } else {
+        if (kGuardNonFiniteV && guard)
+          warp_pv_guarded<T, Cfg>(o, s, sV + stage, addr);
+        else
+          WarpPV<T, Cfg>::run(o, s, sV + stage, addr);
+      }
     }
-
-    if constexpr (kFp8Kv) {
-      // K[t+1] into the K tile (P is consumed: fewer live registers), then
-      // raw K/V[t+2] into the stages of t, whose chunks this thread has
-      // converted.
-      const uint32_t raw = static_cast<uint32_t>((t - w.t_begin) & 1) * Fp8Tile::kRawBytes;
-      cp_async_wait<1>();  // raw K[t+1] landed
-      if (t + 1 < w.t_end) Fp8Tile::convert(smem, rawK + (Fp8Tile::kRawBytes - raw), sK - sQ, tid, e4m3, false);
-      const int n2 = (t + 2) * Cfg::kBlockN;
-      if (t + 2 < w.t_end) load_k(rawK + raw, n2);
-      cp_async_commit();
-      if (t + 2 < w.t_end) load_v(rawV + raw, n2);
-      cp_async_commit();
-    }
+    if constexpr (kFp8Kv) raw_stage = raw_stage == kRawStages - 1 ? 0 : raw_stage + 1;
   }
   cp_async_wait<0>();
+  if constexpr (kFp8Kv) WarpPVFp8<T, Cfg>::unpermute_o(o, lane);  // WarpPV's dim order for the epilogue
   sm.finish();
   // v_descale multiplies o (and a split's partial o, which the combine
   // sums), never lse.

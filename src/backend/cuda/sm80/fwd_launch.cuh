@@ -56,12 +56,16 @@ fmha_status launch_fwd_config(const FwdParams& p, const LaunchArgs& a) {
   }
 }
 
+// An FP8 KV cache runs its own tiles, Fp8KvDecodeTile (decode; per q
+// dtype) and Sm80Tuning::WideFp8Kv (prefill).
 template <class T, int kHeadDim, bool kFp8Kv>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a) {
   using Tuning = Sm80Tuning<kHeadDim>;
-  using Narrow = std::conditional_t<kFp8Kv, typename Tuning::NarrowFp8Kv, typename Tuning::Narrow>;
-  const fmha_status s = a.narrow ? launch_fwd_config<T, kFp8Kv, Narrow>(p, a)
-                                 : launch_fwd_config<T, kFp8Kv, typename Tuning::Wide>(p, a);
+  using Narrow = std::conditional_t<kFp8Kv, Fp8KvDecodeTile<kHeadDim, std::is_same<T, __nv_bfloat16>::value>,
+                                    typename Tuning::Narrow>;
+  using Wide = std::conditional_t<kFp8Kv, typename Tuning::WideFp8Kv, typename Tuning::Wide>;
+  const fmha_status s =
+      a.narrow ? launch_fwd_config<T, kFp8Kv, Narrow>(p, a) : launch_fwd_config<T, kFp8Kv, Wide>(p, a);
   if (s != FMHA_SUCCESS || p.num_splits == 1) return s;
   SplitCombineParams c = fwd_combine_params(p);
   c.dependent_launch = a.dependent_combine;

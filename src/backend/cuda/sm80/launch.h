@@ -28,7 +28,9 @@ struct LaunchArgs {
 
 // Launches the forward kernel (and, for num_splits > 1, the combine kernel).
 // T: q's and o's element type. kFp8Kv: k and v are FP8 (p.kv_dtype,
-// F8E4M3 or F8E5M2), converted to T in shared memory; else they are T.
+// F8E4M3 or F8E5M2), kept FP8 in shared memory and converted to T in
+// registers (tile_config.h: Fp8KvDecodeTile, Sm80Tuning::WideFp8Kv); else
+// they are T.
 template <class T, int kHeadDim, bool kFp8Kv>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a);
 

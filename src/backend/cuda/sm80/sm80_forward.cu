@@ -38,10 +38,12 @@ constexpr Shape shape_of() {
 }
 
 template <int kHeadDim>
-Shape shape_for(bool narrow, bool fp8_kv) {
+Shape shape_for(bool narrow, bool fp8_kv, bool bf16_q) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
-  if (!narrow) return shape_of<typename Tuning::Wide>();
-  return fp8_kv ? shape_of<typename Tuning::NarrowFp8Kv>() : shape_of<typename Tuning::Narrow>();
+  if (fp8_kv && !narrow) return shape_of<typename Tuning::WideFp8Kv>();
+  if (fp8_kv)
+    return bf16_q ? shape_of<sm80::Fp8KvDecodeTile<kHeadDim, true>>() : shape_of<sm80::Fp8KvDecodeTile<kHeadDim, false>>();
+  return narrow ? shape_of<typename Tuning::Narrow>() : shape_of<typename Tuning::Wide>();
 }
 
 // The one place a run-time head dim becomes a template argument: calls
@@ -125,7 +127,7 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const int64_t pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype));
+    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype), p.dtype == FMHA_DTYPE_BF16);
   });
   if (!instantiated) return plan;
   plan.grid = fwd_grid(p, pack, plan.shape.block_m);
