@@ -28,29 +28,36 @@ __device__ __forceinline__ uint32_t fp8x2(float lo, float hi) {
 //      of n8 block j, rows g (s[j][0..1]) and g + 8 (s[j][2..3]);
 //   A: a0 = row g, keys 4t .. 4t + 3; a1 = row g + 8, the same keys;
 //      a2, a3 = the same rows at keys 16 + 4t .. 16 + 4t + 3.
-// Lane t's keys 4t .. 4t + 3 are block t / 2's pairs held by quad lanes
-// src0 = 2 (t % 2) and src0 + 1, and its keys 16 + 4t .. the same lanes'
-// pairs of block 2 + t / 2. Each lane offers X = (pair of block 0, pair of
-// block 2) and Y = (block 1, block 3) per row; the receiver takes X (t < 2)
-// or Y from both sources and joins their low halves (a0 / a1) and high
-// halves (a2 / a3). 4 shuffles per row and k32 block.
+// Per row, lane t holds the FP8 pairs u_j (keys 8 j + 2t, + 1) of blocks
+// j = 0..3 and needs keys 4t .. 4t + 3 (block t / 2, from quad lanes
+// 2 (t % 2) and 2 (t % 2) + 1) and 16 + 4t .. (block 2 + t / 2, the same
+// lanes). Two shuffle rounds in which each lane is read by exactly one
+// other, so the sender picks what its reader needs: round 1 lane t reads
+// lane {1, 2, 0, 3}[t], round 2 lane {0, 3, 1, 2}[t]; with p = t's parity
+// bit (t ^ t / 2) & 1, a sender offers X = (u0, u2) or Y = (u1, u3), X in
+// round 1 when p, in round 2 when !p. The reader's round-(p ? 1 : 2) word
+// holds its first pair, the other its second; byte permutes join the low
+// halves (a0 / a1) and the high halves (a2 / a3). 2 shuffles per row and
+// k32 block.
 template <class T>
 __device__ __forceinline__ void pack_p_fp8(const float (&s)[4][4], uint32_t (&a)[4], int lane) {
   const int t = lane % 4;
-  const int src0 = (lane & ~3) + 2 * (t % 2);
-  const bool take_x = t < 2;
+  const int quad0 = lane & ~3;
+  const int src1 = quad0 + ((0x3021 >> (4 * t)) & 0xf);
+  const int src2 = quad0 + ((0x2130 >> (4 * t)) & 0xf);
+  const bool p = ((t ^ (t >> 1)) & 1) != 0;
+  const uint32_t send1 = p ? 0x5410u : 0x7632u;  // of (u0 | u1 << 16, u2 | u3 << 16): X or Y
+  const uint32_t send2 = p ? 0x7632u : 0x5410u;
+  const uint32_t lo = p ? 0x5410u : 0x1054u;     // of (w1, w2): the first pair's low half first
+  const uint32_t hi = p ? 0x7632u : 0x3276u;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const uint32_t u0 = fp8x2<T>(s[0][2 * hh], s[0][2 * hh + 1]);
-    const uint32_t u1 = fp8x2<T>(s[1][2 * hh], s[1][2 * hh + 1]);
-    const uint32_t u2 = fp8x2<T>(s[2][2 * hh], s[2][2 * hh + 1]);
-    const uint32_t u3 = fp8x2<T>(s[3][2 * hh], s[3][2 * hh + 1]);
-    const uint32_t x = u0 | (u2 << 16), y = u1 | (u3 << 16);
-    const uint32_t x0 = __shfl_sync(0xffffffffu, x, src0), y0 = __shfl_sync(0xffffffffu, y, src0);
-    const uint32_t x1 = __shfl_sync(0xffffffffu, x, src0 + 1), y1 = __shfl_sync(0xffffffffu, y, src0 + 1);
-    const uint32_t w0 = take_x ? x0 : y0, w1 = take_x ? x1 : y1;
-    a[hh] = __byte_perm(w0, w1, 0x5410);      // low halves: keys 4t .. 4t + 3
-    a[2 + hh] = __byte_perm(w0, w1, 0x7632);  // high halves: keys 16 + 4t ..
+    const uint32_t u01 = fp8x2<T>(s[0][2 * hh], s[0][2 * hh + 1]) | (fp8x2<T>(s[1][2 * hh], s[1][2 * hh + 1]) << 16);
+    const uint32_t u23 = fp8x2<T>(s[2][2 * hh], s[2][2 * hh + 1]) | (fp8x2<T>(s[3][2 * hh], s[3][2 * hh + 1]) << 16);
+    const uint32_t w1 = __shfl_sync(0xffffffffu, __byte_perm(u01, u23, send1), src1);
+    const uint32_t w2 = __shfl_sync(0xffffffffu, __byte_perm(u01, u23, send2), src2);
+    a[hh] = __byte_perm(w1, w2, lo);      // keys 4t .. 4t + 3
+    a[2 + hh] = __byte_perm(w1, w2, hi);  // keys 16 + 4t .. 16 + 4t + 3
   }
 }
 
