@@ -4,7 +4,9 @@
 //               128-byte swizzle (what the copy engine writes);
 //   O = P V     P given in the S accumulator layout, turned into the A
 //               fragments of m64nNk32 by pack_p_fp8 (the quad shuffle), V
-//               as V^T [128 d][128 keys] K-major.
+//               as V^T [128 d][kN keys] K-major: panels of 128 keys in the
+//               128-byte swizzle, then (kN = 192) a panel of 64 keys in
+//               the 64-byte swizzle, as the kernel's key tiles of 192.
 // Both against a float64 reference on the decoded inputs, outputs poisoned
 // first; P's values are FP8-exact, so the only rounding is FP32
 // accumulation. A layout mistake (a wrong key, row or byte) shows as an
@@ -29,23 +31,36 @@ namespace hw = fmha::cuda::sm90;
 
 #define CUDA_OK(x) REQUIRE_EQ(cudaError_t(x), cudaSuccess)
 
-constexpr int kRows = 64, kN = 128, kD = 128;  // S: [64][kN]; O: [64][kD]
+constexpr int kRows = 64, kD = 128;  // S: [64][kN]; O: [64][kD]
 
 // Byte (r, c) of a [rows][128] 128-byte-swizzled panel.
 __host__ __device__ inline int swizzled(int r, int c) { return r * 128 + ((((c / 16) ^ (r % 8)) * 16) | (c % 16)); }
+// Byte (r, c) of a [rows][64] 64-byte-swizzled panel (address bits 4-5 ^= bits 7-8).
+__host__ __device__ inline int swizzled64(int r, int c) {
+  return r * 64 + ((((c / 16) ^ ((r / 2) % 4)) * 16) | (c % 16));
+}
+// Byte of V^T (d, key j) in the kernel's V^T tile layout of kN keys.
+template <int kN>
+__host__ __device__ inline int vt_at(int d, int j) {
+  constexpr int kFull = kN / 128;
+  return j < 128 * kFull ? (j / 128) * kD * 128 + swizzled(d, j % 128)
+                         : kFull * kD * 128 + swizzled64(d, j - 128 * kFull);
+}
 
-template <class T>
+template <class T, int kN>
 __global__ void __launch_bounds__(128, 1)
     fp8_fragments_kernel(const uint8_t* q, const uint8_t* k, const uint8_t* vt, const float* p, float* s_out,
                          float* o_out) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __shared__ __align__(1024) uint8_t sq[kRows * 128];
-  __shared__ __align__(1024) uint8_t sk[kN * 128];
-  __shared__ __align__(1024) uint8_t sv[kD * 128];
+  extern __shared__ unsigned char smem_raw[];
+  uint8_t* sq = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* sk = sq + kRows * 128;
+  uint8_t* sv = sk + kN * 128;
+  constexpr int kFull = kN / 128;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   for (int i = tid; i < kRows * 128; i += 128) sq[swizzled(i / 128, i % 128)] = q[i];
   for (int i = tid; i < kN * 128; i += 128) sk[swizzled(i / 128, i % 128)] = k[i];
-  for (int i = tid; i < kD * 128; i += 128) sv[swizzled(i / 128, i % 128)] = vt[i];
+  for (int i = tid; i < kD * kN; i += 128) sv[vt_at<kN>(i / kN, i % kN)] = vt[i];
   __syncthreads();
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic writes -> wgmma reads
 
@@ -54,6 +69,8 @@ __global__ void __launch_bounds__(128, 1)
   const uint64_t dq = hw::smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sq)), 0, 1024);
   const uint64_t dk = hw::smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sk)), 0, 1024);
   const uint64_t dv = hw::smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sv)), 0, 1024);
+  const uint64_t dv_tail =
+      hw::smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sv + kFull * kD * 128)), 0, 512, 64);
   hw::wgmma_fence();
   for (int ks = 0; ks < kD / 32; ++ks)
     hw::MmaSsK32<T, kN>::run(s_flat, hw::desc_advance(dq, ks * 32), hw::desc_advance(dk, ks * 32), ks > 0 ? 1u : 0u);
@@ -74,7 +91,11 @@ __global__ void __launch_bounds__(128, 1)
   float o[kD / 2];
   for (float& x : o) x = 0.f;
   hw::wgmma_fence();
-  for (int kb = 0; kb < kN / 32; ++kb) hw::MmaRsK32<T, kD>::run(o, pf[kb], hw::desc_advance(dv, kb * 32), 1u);
+  for (int kb = 0; kb < kN / 32; ++kb)
+    hw::MmaRsK32<T, kD>::run(o, pf[kb],
+                             kb < 4 * kFull ? hw::desc_advance(dv, (kb / 4) * kD * 128 + (kb % 4) * 32)
+                                            : hw::desc_advance(dv_tail, (kb - 4 * kFull) * 32),
+                             1u);
   hw::wgmma_commit();
   hw::wgmma_wait<0>();
   hw::fence_operands(o);
@@ -83,8 +104,9 @@ __global__ void __launch_bounds__(128, 1)
 #endif
 }
 
-template <class T>
+template <class T, int kN>
 void check_fragments(fmha_dtype dtype, uint64_t seed) {
+  CAPTURE(kN);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   auto fp8 = [&](float x) { return fmha_test::float_to_fp8(x, dtype); };
@@ -114,7 +136,9 @@ void check_fragments(fmha_dtype dtype, uint64_t seed) {
   CUDA_OK(cudaMemcpy(dp, p.data(), p.size() * 4, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemset(ds, 0xff, kRows * kN * 4));  // NaN poison
   CUDA_OK(cudaMemset(dout, 0xff, kRows * kD * 4));
-  fp8_fragments_kernel<T><<<1, 128>>>(dq, dk, dvt, dp, ds, dout);
+  constexpr int kSmem = 1024 + kRows * 128 + 2 * kN * 128;
+  CUDA_OK(cudaFuncSetAttribute(fp8_fragments_kernel<T, kN>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  fp8_fragments_kernel<T, kN><<<1, 128, kSmem>>>(dq, dk, dvt, dp, ds, dout);
   CUDA_OK(cudaGetLastError());
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<float> s(kRows * kN), o(kRows * kD);
@@ -158,6 +182,8 @@ void check_fragments(fmha_dtype dtype, uint64_t seed) {
 }  // namespace
 
 TEST_CASE("sm90 FP8 wgmma: Q K^T from shared memory, P V with P's A fragments from the accumulator (pack_p_fp8)") {
-  check_fragments<__nv_fp8_e4m3>(FMHA_DTYPE_F8E4M3, 21);
-  check_fragments<__nv_fp8_e5m2>(FMHA_DTYPE_F8E5M2, 22);
+  check_fragments<__nv_fp8_e4m3, 128>(FMHA_DTYPE_F8E4M3, 21);
+  check_fragments<__nv_fp8_e5m2, 128>(FMHA_DTYPE_F8E5M2, 22);
+  check_fragments<__nv_fp8_e4m3, 192>(FMHA_DTYPE_F8E4M3, 23);  // the 64-byte-swizzled tail panel of V^T
+  check_fragments<__nv_fp8_e5m2, 192>(FMHA_DTYPE_F8E5M2, 24);
 }

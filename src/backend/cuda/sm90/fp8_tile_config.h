@@ -3,29 +3,38 @@
 // and the host side (sm90_forward.cu), as tile_config.h is for 16-bit.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 namespace fmha::cuda::sm90 {
 
 // The FP8 wgmma reads both operands K-major: Q [rows][d] and K [keys][d] as
 // stored, and for O = P V the transposed V^T [d][keys], which the caller
-// stores (v.strides[2] = 1) and the copy engine loads as is. Every operand
-// tile is one 128-byte-swizzled panel: a row of Q or K is kHeadDim = 128
-// bytes, a row of V^T is kBlockN = 128 keys. O is staged in 16-bit [rows][64]
+// stores (v.strides[2] = 1) and the copy engine loads as is. A row of Q or
+// K is kHeadDim = 128 bytes: one 128-byte-swizzled panel. A V^T tile is
+// kBlockN / 128 such panels of 128 keys, then, for kBlockN % 128 = 64, one
+// panel of 64 keys in the 64-byte swizzle. O is staged in 16-bit [rows][64]
 // panels (kHeadDim / 64 of them) for the copy engine's store.
 // Warpgroup 0 produces, two consumers own 64 query rows each (ping-pong, a
 // persistent grid: tile_config.h has the measurements behind both).
-template <int kHeadDim_, int kBlockN_, int kStages_>
+// kQInRegs: Q K^T with A = Q from registers (16 per thread at D=128; Q's
+// buffer goes back to the producer as soon as the consumers hold it).
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kQInRegs_ = false>
 struct Fp8TileConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = 2;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  static constexpr bool kQInRegs = kQInRegs_;
   static constexpr bool kPingPong = true;
   static constexpr bool kPersistent = true;
   static constexpr int kThreads = 128 * (kConsumers + 1);
 
   static constexpr int kQBytes = kBlockM * kHeadDim;   // 1-byte elements
   static constexpr int kKVBytes = kBlockN * kHeadDim;  // one K or one V^T stage
+  static constexpr int kVFullPanels = kBlockN / 128;   // V^T panels of 128 keys
+  static constexpr int kVTailKeys = kBlockN % 128;     // 0, or 64 keys in the 64-byte swizzle
   static constexpr int kOBytes = kBlockM * kHeadDim * 2;
   static constexpr int kOPanels = kHeadDim / 64;
   static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages) + 8;  // + the tile slot
@@ -35,21 +44,35 @@ struct Fp8TileConfig {
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
 
-  static_assert(kHeadDim == 128 && kBlockN == 128,
-                "one 128-byte panel per row of Q, K and V^T (other widths need 64-byte swizzles or more panels)");
+  static_assert(kHeadDim == 128, "one 128-byte panel per row of Q and K (other widths need other swizzles)");
+  static_assert(kBlockN % 64 == 0 && kBlockN <= 256 && (kVTailKeys == 0 || kVTailKeys == 64),
+                "V^T tiles of 128-key panels and at most one 64-key panel; one copy box of K rows");
   static_assert(kSmemBytes <= kSmemMax, "shared memory per block");
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kLaunchRegs * kThreads,
                 "setmaxnreg cannot hand out more registers than the launch allocated");
 };
 
-// Per head dim (H200). D=128: 128 x 128 tiles (as 16-bit), 3 stages of K
-// and V^T (16 KB each): 16 + 96 + 32 (O) KB.
+// Per head dim (H200). D=128: 128 x 192 tiles, 3 stages of K and V^T (24 KB
+// each): 16 + 144 + 32 (O) KB (FA3 picks 128 x 192 for FP8 with V stored
+// column-major: fewer, longer key tiles amortize the per-tile softmax
+// reductions, barriers and waits); Alt: 128 x 128 with Q in registers.
+// FMHA_SM90_FP8_TILE=128 picks Alt (an experiment knob for the benchmark;
+// read once per process, by the host plan and the launch alike).
 template <int kHeadDim>
 struct Sm90Fp8Tuning;
 template <>
 struct Sm90Fp8Tuning<128> {
-  using Config = Fp8TileConfig<128, 128, 3>;
+  using Config = Fp8TileConfig<128, 192, 3>;
+  using Alt = Fp8TileConfig<128, 128, 3, true>;
 };
+
+inline bool sm90_fp8_alt_tile() {
+  static const bool alt = [] {
+    const char* v = std::getenv("FMHA_SM90_FP8_TILE");
+    return v != nullptr && std::strcmp(v, "128") == 0;
+  }();
+  return alt;
+}
 
 }  // namespace fmha::cuda::sm90

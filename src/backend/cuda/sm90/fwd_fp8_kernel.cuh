@@ -34,12 +34,20 @@
 #include "backend/cuda/sm90/barrier.cuh"
 #include "backend/cuda/sm90/fp8_fragment.cuh"
 #include "backend/cuda/sm90/fp8_tile_config.h"
-#include "backend/cuda/sm90/fwd_kernel.cuh"  // TileWork, FwdMaps, total_tiles
+#include "backend/cuda/sm90/fwd_kernel.cuh"  // TileWork, total_tiles
 #include "backend/cuda/sm90/tma.cuh"
 #include "backend/cuda/sm90/wgmma.cuh"
 #include "core/key_tiles.h"
 
 namespace fmha::cuda::sm90 {
+
+// The tensor maps of one launch: Q, K (boxes of kBlockM / kBlockN rows of
+// 128 bytes), V^T (boxes of kHeadDim rows of 128 keys, and of 64 keys in
+// the 64-byte swizzle for a tile's tail panel; unused without one), O
+// (16-bit boxes of 64 x 64).
+struct Fp8Maps {
+  CUtensorMap q, k, v, v_tail, o;
+};
 
 // Shared memory of one CTA (fp8_tile_config.h), from the 1024-aligned base:
 // Q, kStages K stages, kStages V^T stages, the O staging tile, the barriers.
@@ -71,9 +79,10 @@ struct Fp8SmemLayout {
 // The producer (fwd_kernel.cuh's produce, dense batches): per tile Q once
 // the consumers have released the last one, then K of tile t + 1 before
 // V^T of tile t. maps.v is V^T: [batch][head][d][keys], so a V^T tile is
-// the box at column (key) t * kBlockN, row (d) 0.
+// the boxes at columns (keys) t * kBlockN + 128 p, row (d) 0, and the tail
+// panel's box of 64 keys.
 template <class Cfg>
-__device__ void produce_fp8(const FwdParams& p, const FwdMaps& maps, const Fp8SmemLayout<Cfg>& sm,
+__device__ void produce_fp8(const FwdParams& p, const Fp8Maps& maps, const Fp8SmemLayout<Cfg>& sm,
                             int* tile_counter) {
   PipeState<Cfg::kStages> st;
   uint32_t q_phase = 0;
@@ -99,7 +108,13 @@ __device__ void produce_fp8(const FwdParams& p, const FwdMaps& maps, const Fp8Sm
     auto load_v = [&](int t, const PipeState<Cfg::kStages>& at) {
       mbar_wait(sm.v_empty(at.stage), at.phase ^ 1u);
       mbar_arrive_expect_tx(sm.v_full(at.stage), Cfg::kKVBytes);
-      tma_load_panel(sm.v(at.stage), &maps.v, t * Cfg::kBlockN, 0, hk, b, sm.v_full(at.stage));
+#pragma unroll
+      for (int pn = 0; pn < Cfg::kVFullPanels; ++pn)
+        tma_load_panel(sm.v(at.stage) + pn * Cfg::kHeadDim * 128, &maps.v, t * Cfg::kBlockN + 128 * pn, 0, hk, b,
+                       sm.v_full(at.stage));
+      if constexpr (Cfg::kVTailKeys > 0)
+        tma_load_panel(sm.v(at.stage) + Cfg::kVFullPanels * Cfg::kHeadDim * 128, &maps.v_tail,
+                       t * Cfg::kBlockN + 128 * Cfg::kVFullPanels, 0, hk, b, sm.v_full(at.stage));
     };
     if (tw.t_begin() < tw.t_end()) {
       load_k(tw.t_begin(), st);
@@ -120,7 +135,7 @@ __device__ void produce_fp8(const FwdParams& p, const FwdMaps& maps, const Fp8Sm
 // T: the FP8 element type of q, k and v; To: o's (__half or __nv_bfloat16).
 template <class T, class To, class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    fwd_fp8_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps, int* tile_counter) {
+    fwd_fp8_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ Fp8Maps maps, int* tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim;
   constexpr int kNTiles = Cfg::kBlockN / 8;
@@ -151,6 +166,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch(&maps.q);
       tma_prefetch(&maps.k);
       tma_prefetch(&maps.v);
+      if constexpr (Cfg::kVTailKeys > 0) tma_prefetch(&maps.v_tail);
       produce_fp8<Cfg>(p, maps, sm, tile_counter);
     }
     return;
@@ -170,12 +186,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   uint32_t pf[kKBlocks][4];  // P as the A fragments of P V's k32 steps
   float alpha[1][2];
 
-  // Descriptors: Q's 64 rows of this consumer, K and V^T of stage 0; a k32
-  // step is 32 bytes into the panel, a stage kKVBytes on.
+  // Descriptors: Q's 64 rows of this consumer, K and V^T of stage 0 (V^T's
+  // tail panel in the 64-byte swizzle, 512-byte atoms); a k32 step is 32
+  // bytes into the panel, a stage kKVBytes on.
   const uint64_t desc_q =
       smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.q() + cw * 64 * 128)), 0, 1024);
   const uint64_t desc_k = smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.k(0))), 0, 1024);
   const uint64_t desc_v = smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(0))), 0, 1024);
+  const uint64_t desc_v_tail = smem_desc(
+      static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(0) + Cfg::kVFullPanels * D * 128)), 0, 512, 64);
+  // With Cfg::kQInRegs, Q's A fragments: qf[ks] holds the warp's 16 rows at
+  // bytes 32 ks .. 32 ks + 31. ldmatrix moves 4-byte pieces, so the 16-bit
+  // kernel's load (fwd_kernel.cuh) is the 8-bit fragment too: matrix i of
+  // the x4 is rows 8 (i % 2) .. + 7, bytes 16 (i / 2) .. + 15 of the step,
+  // lane l's piece row l / 4, bytes 4 (l % 4) .. + 3, i.e. a0..a3 of the
+  // m64nNk32 A layout (fp8_fragment.cuh).
+  uint32_t qf[Cfg::kQInRegs ? D / 32 : 1][4];
+  auto load_q_regs = [&] {
+    const int r = warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+    const uint32_t q_rows = static_cast<uint32_t>(__cvta_generic_to_shared(sm.q() + cw * 64 * 128));
+#pragma unroll
+    for (int ks = 0; ks < D / 32; ++ks) {
+      const int chunk = ks * 2 + lane / 16;
+      const uint32_t addr = q_rows + r * 128 + ((chunk ^ (r % 8)) << 4);
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(qf[ks][0]), "=r"(qf[ks][1]), "=r"(qf[ks][2]), "=r"(qf[ks][3])
+                   : "r"(addr)
+                   : "memory");
+    }
+  };
 
   auto issue_qk = [&](int stage, uint32_t phase) {
     const uint64_t dk = desc_advance(desc_k, stage * Cfg::kKVBytes);
@@ -183,9 +222,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fence_operands(s_flat);
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < D / 32; ++ks)
-      MmaSsK32<T, Cfg::kBlockN>::run(s_flat, desc_advance(desc_q, ks * 32), desc_advance(dk, ks * 32),
-                                     ks > 0 ? 1u : 0u);
+    for (int ks = 0; ks < D / 32; ++ks) {
+      if constexpr (Cfg::kQInRegs)
+        MmaRsK32<T, Cfg::kBlockN>::run(s_flat, qf[ks], desc_advance(dk, ks * 32), ks > 0 ? 1u : 0u);
+      else
+        MmaSsK32<T, Cfg::kBlockN>::run(s_flat, desc_advance(desc_q, ks * 32), desc_advance(dk, ks * 32),
+                                       ks > 0 ? 1u : 0u);
+    }
     wgmma_commit();
   };
   auto issue_pv = [&](int stage, uint32_t phase) {
@@ -193,8 +236,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     mbar_wait(sm.v_full(stage), phase);
     fence_operands(o_flat);
     wgmma_fence();
+    const uint64_t dv_tail = desc_advance(desc_v_tail, stage * Cfg::kKVBytes);
 #pragma unroll
-    for (int kk = 0; kk < kKBlocks; ++kk) MmaRsK32<T, D>::run(o_flat, pf[kk], desc_advance(dv, kk * 32), 1u);
+    for (int kk = 0; kk < kKBlocks; ++kk) {
+      // k32 step kk: panel kk / 4 of 128 keys, else the 64-key tail panel.
+      const uint64_t b = kk < 4 * Cfg::kVFullPanels ? desc_advance(dv, (kk / 4) * D * 128 + (kk % 4) * 32)
+                                                    : desc_advance(dv_tail, (kk - 4 * Cfg::kVFullPanels) * 32);
+      MmaRsK32<T, D>::run(o_flat, pf[kk], b, 1u);
+    }
     wgmma_commit();
   };
   auto pack_p = [&] {
@@ -263,8 +312,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int d = 8 * dt + 2 * c + e;  // V^T row d, byte j of the swizzled panel
-          const float v = fp8_to_float(vt[d * 128 + ((((j / 16) ^ (d % 8))) << 4) + j % 16], kFp8Kind<T>);
+          // V^T row d, key j: byte j % 128 of row d of 128-key panel j / 128
+          // (chunks ^ d % 8), or byte jj of the 64-byte tail panel's row d
+          // (chunks ^ (d / 2) % 4: the swizzle XORs address bits 4-5 with 7-8).
+          const int d = 8 * dt + 2 * c + e;
+          const int jj = j - 128 * Cfg::kVFullPanels;
+          const int at = jj < 0 ? (j / 128) * D * 128 + d * 128 + ((((j % 128) / 16) ^ (d % 8)) << 4) + j % 16
+                                : Cfg::kVFullPanels * D * 128 + d * 64 + (((jj / 16) ^ ((d / 2) % 4)) << 4) + jj % 16;
+          const float v = fp8_to_float(vt[at], kFp8Kind<T>);
           if (w0 != 0.f) o[0][dt][e] = fmaf(w0, v, o[0][dt][e]);
           if (w1 != 0.f) o[0][dt][2 + e] = fmaf(w1, v, o[0][dt][2 + e]);
         }
@@ -314,6 +369,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     auto release_q = [&] {
       if (leader) mbar_arrive(sm.q_empty());
     };
+    if constexpr (Cfg::kQInRegs) {
+      // Q now lives in registers: its buffer goes back to the producer at
+      // once (the warpgroup's reads done first).
+      load_q_regs();
+      named_sync(1 + cw, 128);
+      release_q();
+    }
+    constexpr bool kReleaseQAfterQk = !Cfg::kQInRegs;
 
     if (t_begin < t_end) {
       if (cw == Cfg::kConsumers - 1) turn_pass();
@@ -322,7 +385,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       turn_pass();
       wgmma_wait<0>();
       if (leader) mbar_arrive(sm.k_empty(st.stage));
-      if (t_begin + 1 == t_end) release_q();
+      if (kReleaseQAfterQk && t_begin + 1 == t_end) release_q();
       score(t_begin);
       pack_p();
       PipeState<Cfg::kStages> prev = st;
@@ -343,7 +406,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           wgmma_wait<1>();
         }
         if (leader) mbar_arrive(sm.k_empty(st.stage));
-        if (t + 1 == t_end) release_q();
+        if (kReleaseQAfterQk && t + 1 == t_end) release_q();
         const bool moved = score(t);
         wgmma_wait<0>();
         fence_operands(o_flat);
@@ -365,7 +428,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       fence_operands(o_flat);
       if (leader) mbar_arrive(sm.v_empty(prev.stage));
-    } else {
+    } else if (kReleaseQAfterQk) {
       release_q();
     }
 

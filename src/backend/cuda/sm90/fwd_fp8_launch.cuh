@@ -16,7 +16,7 @@ namespace fmha::cuda::sm90 {
 // contiguous: `row` and the outer dims name op's stride indices (V^T: rows
 // are d, stride index 3, cols are keys). Extents of 1 get a benign stride.
 inline fmha_status fp8_operand_map(const Operand& op, const int64_t (&dims)[4], int row_stride, bool fp8,
-                                   bool bf16, int box_rows, CUtensorMap* out) {
+                                   bool bf16, int box_rows, CUtensorMap* out, int box_bytes = 128) {
   Tensor4d t;
   t.data = op.data;
   t.fp8 = fp8;
@@ -28,13 +28,13 @@ inline fmha_status fp8_operand_map(const Operand& op, const int64_t (&dims)[4], 
     t.strides[i] = t.dims[i + 1] == 1 ? (reach * (fp8 ? 1 : 2) + 15) / 16 * 16 / (fp8 ? 1 : 2) : strides[i];
     reach = t.strides[i] * t.dims[i + 1];
   }
-  return make_panel_map(t, box_rows, out);
+  return make_panel_map(t, box_rows, out, box_bytes);
 }
 
 template <class T, class To, class Cfg>
 fmha_status launch_fwd_fp8_kernel(const FwdParams& f, const LaunchArgs& a) {
   const Problem& p = *a.problem;
-  FwdMaps maps;
+  Fp8Maps maps;
   int64_t q_dims[4], kv_dims[4];
   p.q_dims(q_dims);
   p.kv_dims(kv_dims);
@@ -42,6 +42,8 @@ fmha_status launch_fwd_fp8_kernel(const FwdParams& f, const LaunchArgs& a) {
   fmha_status s = fp8_operand_map(p.q, q_dims, 2, true, false, Cfg::kBlockM, &maps.q);
   if (s == FMHA_SUCCESS) s = fp8_operand_map(p.k, kv_dims, 2, true, false, Cfg::kBlockN, &maps.k);
   if (s == FMHA_SUCCESS) s = fp8_operand_map(p.v, vt_dims, 3, true, false, Cfg::kHeadDim, &maps.v);
+  if (s == FMHA_SUCCESS && Cfg::kVTailKeys > 0)
+    s = fp8_operand_map(p.v, vt_dims, 3, true, false, Cfg::kHeadDim, &maps.v_tail, Cfg::kVTailKeys);
   if (s == FMHA_SUCCESS)
     s = fp8_operand_map(p.o, q_dims, 2, false, std::is_same<To, __nv_bfloat16>::value, 64, &maps.o);
   if (s != FMHA_SUCCESS) return s;
@@ -60,9 +62,13 @@ fmha_status launch_fwd_fp8_kernel(const FwdParams& f, const LaunchArgs& a) {
 template <class T, int kHeadDim>
 fmha_status launch_fwd_fp8(const FwdParams& f, const LaunchArgs& a) {
   using Cfg = typename Sm90Fp8Tuning<kHeadDim>::Config;
+  using Alt = typename Sm90Fp8Tuning<kHeadDim>::Alt;
   const bool bf16 = f.o_dtype == FMHA_DTYPE_BF16;
-  const fmha_status s = bf16 ? launch_fwd_fp8_kernel<T, __nv_bfloat16, Cfg>(f, a)
-                             : launch_fwd_fp8_kernel<T, __half, Cfg>(f, a);
+  const bool alt = sm90_fp8_alt_tile();
+  const fmha_status s = bf16 ? (alt ? launch_fwd_fp8_kernel<T, __nv_bfloat16, Alt>(f, a)
+                                    : launch_fwd_fp8_kernel<T, __nv_bfloat16, Cfg>(f, a))
+                             : (alt ? launch_fwd_fp8_kernel<T, __half, Alt>(f, a)
+                                    : launch_fwd_fp8_kernel<T, __half, Cfg>(f, a));
   if (s != FMHA_SUCCESS || f.num_splits == 1) return s;
   return bf16 ? launch_split_combine<__nv_bfloat16>(fwd_combine_params(f), a.stream)
               : launch_split_combine<__half>(fwd_combine_params(f), a.stream);

@@ -83,7 +83,11 @@ template <class Fn>
 bool dispatch_config(const Problem& p, Fn&& fn) {
   if (is_fp8(p.dtype))
     return dispatch_fp8_instance(p.dtype, p.head_dim, [&](auto, auto head_dim) {
-      fn(typename sm90::Sm90Fp8Tuning<decltype(head_dim)::value>::Config{});
+      using Tuning = sm90::Sm90Fp8Tuning<decltype(head_dim)::value>;
+      if (sm90::sm90_fp8_alt_tile())
+        fn(typename Tuning::Alt{});
+      else
+        fn(typename Tuning::Config{});
     });
   return dispatch_head_dim(p.head_dim, [&](auto head_dim) {
     fn(typename sm90::Sm90Tuning<decltype(head_dim)::value>::Config{});

@@ -31,7 +31,9 @@ struct Tensor4d {
 // as zero. Needs: data 16-byte aligned, strides in bytes multiples of 16
 // below 2^40, dims below 2^32, box_rows <= 256. On failure returns an
 // error status with the driver's code in the thread's message.
-fmha_status make_panel_map(const Tensor4d& t, int box_rows, CUtensorMap* out);
+// box_bytes 64: boxes of 64-byte rows in the 64-byte swizzle (an FP8 V^T
+// tile's last 64 keys).
+fmha_status make_panel_map(const Tensor4d& t, int box_rows, CUtensorMap* out, int box_bytes = 128);
 
 // What make_panel_map needs of an operand, as a registry reason (null = ok).
 const char* panel_map_unsupported(const Tensor4d& t);
