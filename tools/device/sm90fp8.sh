@@ -19,7 +19,9 @@
 #              (128 x 128, Q in registers)
 #   bench.log  bench_cuda --suite fp8 --n 8192,16384: e4m3 against BF16 of the
 #              same (decoded) values on cuda_sm90_ws, causal and not, B=1 H=32
-#              D=128, for both tile configs
+#              D=128, for both tile configs; then tests/perf/probe_torch_fp8.py:
+#              whether torch's SDPA takes e4m3 inputs (each backend), timed
+#              beside BF16 FLASH / CUDNN SDPA of the same causal shape
 #
 # What it should show: every step rc=0 with "0 failed"; each FP8 case's o
 # rel_l2 (expect ~1e-2, bound 3e-2); the bench table's "e4m3 speedup" column
@@ -72,9 +74,11 @@ benches() {
   echo "== 128 x 192 tiles"
   "$bench" --suite fp8 --n 8192,16384 || return 1
   echo "== FMHA_SM90_FP8_TILE=128"
-  FMHA_SM90_FP8_TILE=128 "$bench" --suite fp8 --n 8192,16384
+  FMHA_SM90_FP8_TILE=128 "$bench" --suite fp8 --n 8192,16384 || return 1
+  echo "== torch: an FP8 SDPA?"
+  python3 "$root/tests/perf/probe_torch_fp8.py" --n 8192 || true
 }
 step bench "$out/bench.log" benches || status=1
-grep -E "^== |^\| fp8 prefill|^\| FP8 prefill|^  " "$out/bench.log" | tee -a "$summary"
+grep -E "^== |^\| fp8 prefill|^\| FP8 prefill|^  |^torch|^SDPA|^aten|^\(causal" "$out/bench.log" | tee -a "$summary"
 note "status $status"
 exit $status
