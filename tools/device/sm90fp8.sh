@@ -15,11 +15,13 @@
 #              not, GQA, descales, softcap, windows, Nq > Nk, N=2048), what
 #              it declines with the reason, the automatic choice, a NaN in V
 #              at a masked key, the numerics contract table; the FP8 cases
-#              twice: the default 128 x 192 tiles and FMHA_SM90_FP8_TILE=128
-#              (128 x 128, Q in registers)
+#              for each tile config: the default 128 x 192 with the row sums
+#              on the P V MMA, FMHA_SM90_FP8_TILE=192s (the same, row sums
+#              in the softmax) and FMHA_SM90_FP8_TILE=128 (128 x 128, Q in
+#              registers)
 #   bench.log  bench_cuda --suite fp8 --n 8192,16384: e4m3 against BF16 of the
 #              same (decoded) values on cuda_sm90_ws, causal and not, B=1 H=32
-#              D=128, for both tile configs; then tests/perf/probe_torch_fp8.py:
+#              D=128, for the three tile configs; then tests/perf/probe_torch_fp8.py:
 #              whether torch's SDPA takes e4m3 inputs (each backend), timed
 #              beside BF16 FLASH / CUDNN SDPA of the same causal shape
 #
@@ -46,7 +48,7 @@ note "sm90fp8.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-p
 build() {
   cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF \
     -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real \
-    "-DFMHA_SM90_INSTANCES=bf16:128;e4m3:128" "-DFMHA_SM80_INSTANCES=bf16:128" &&
+    "-DFMHA_SM90_INSTANCES=bf16:128;e4m3:128;e5m2:128" "-DFMHA_SM80_INSTANCES=bf16:128" &&
     cmake --build "$bdir" -j16 --target fmha test_sm90 test_gpu bench_cuda
 }
 t0=$SECONDS
@@ -60,8 +62,10 @@ tests() {
   local rc=0
   echo "== test_sm90"
   "$bdir/tests/test_sm90" -tc="*FP8*,*RS*" || rc=1
-  echo "== test_gpu, 128 x 192 tiles"
+  echo "== test_gpu, 128 x 192 tiles, row sums on the MMA"
   "$bdir/tests/test_gpu" -tc="sm90 FP8*,CUDA handle:*" || rc=1
+  echo "== test_gpu, FMHA_SM90_FP8_TILE=192s"
+  FMHA_SM90_FP8_TILE=192s "$bdir/tests/test_gpu" -tc="sm90 FP8*" || rc=1
   echo "== test_gpu, FMHA_SM90_FP8_TILE=128"
   FMHA_SM90_FP8_TILE=128 "$bdir/tests/test_gpu" -tc="sm90 FP8*" || rc=1
   return $rc
@@ -71,8 +75,10 @@ grep -E "^== |splits=" "$out/tests.log" | sed 's/^.*MESSAGE: //' | head -60 | se
 
 bench=$(find "$bdir" -name bench_cuda -type f -perm -u+x | head -1)
 benches() {
-  echo "== 128 x 192 tiles"
+  echo "== 128 x 192 tiles, row sums on the MMA"
   "$bench" --suite fp8 --n 8192,16384 || return 1
+  echo "== FMHA_SM90_FP8_TILE=192s"
+  FMHA_SM90_FP8_TILE=192s "$bench" --suite fp8 --n 8192 || return 1
   echo "== FMHA_SM90_FP8_TILE=128"
   FMHA_SM90_FP8_TILE=128 "$bench" --suite fp8 --n 8192 || return 1
   echo "== torch: an FP8 SDPA?"

@@ -19,7 +19,12 @@ namespace fmha::cuda::sm90 {
 // persistent grid: tile_config.h has the measurements behind both).
 // kQInRegs: Q K^T with A = Q from registers (16 per thread at D=128; Q's
 // buffer goes back to the producer as soon as the consumers hold it).
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kQInRegs_ = false>
+// kRowSumMma: the softmax's row sums come from the P V MMA instead of one
+// FADD per probability: each V^T panel is followed by an 8-row atom whose
+// first row is ones (written once per CTA, never by the copy engine), so
+// P V's N = kHeadDim + 8 and O's column kHeadDim is the row sum of the very
+// FP8 P that P V used (the softmax is issue-bound: docs/performance.md).
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kQInRegs_ = false, bool kRowSumMma_ = false>
 struct Fp8TileConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = 2;
@@ -27,19 +32,26 @@ struct Fp8TileConfig {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kQInRegs = kQInRegs_;
+  static constexpr bool kRowSumMma = kRowSumMma_;
   static constexpr bool kPingPong = true;
   static constexpr bool kPersistent = true;
   static constexpr int kThreads = 128 * (kConsumers + 1);
 
   static constexpr int kQBytes = kBlockM * kHeadDim;   // 1-byte elements
-  static constexpr int kKVBytes = kBlockN * kHeadDim;  // one K or one V^T stage
+  static constexpr int kKVBytes = kBlockN * kHeadDim;  // one K stage; the bytes the copy engine writes per V^T stage
   static constexpr int kVFullPanels = kBlockN / 128;   // V^T panels of 128 keys
   static constexpr int kVTailKeys = kBlockN % 128;     // 0, or 64 keys in the 64-byte swizzle
+  static constexpr int kOnesRows = kRowSumMma ? 8 : 0;  // the ones atom after each V^T panel
+  static constexpr int kPvN = kHeadDim + kOnesRows;     // N of the P V MMA
+  static constexpr int kVPanelBytes = kPvN * 128;       // a 128-key panel (and its ones atom)
+  static constexpr int kVTailBytes = kPvN * 64;         // the 64-key panel (and its ones atom)
+  static constexpr int kVBytes =                        // one V^T stage, 1024-aligned
+      (kVFullPanels * kVPanelBytes + (kVTailKeys ? kVTailBytes : 0) + 1023) / 1024 * 1024;
   static constexpr int kOBytes = kBlockM * kHeadDim * 2;
   static constexpr int kOPanels = kHeadDim / 64;
   static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages) + 8;  // + the tile slot
   static constexpr int kSmemMax = 227 * 1024;
-  static constexpr int kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes + kOBytes + kBarrierBytes;
+  static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kKVBytes + kVBytes) + kOBytes + kBarrierBytes;
 
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
@@ -53,26 +65,31 @@ struct Fp8TileConfig {
                 "setmaxnreg cannot hand out more registers than the launch allocated");
 };
 
-// Per head dim (H200). D=128: 128 x 192 tiles, 3 stages of K and V^T (24 KB
-// each): 16 + 144 + 32 (O) KB (FA3 picks 128 x 192 for FP8 with V stored
-// column-major: fewer, longer key tiles amortize the per-tile softmax
-// reductions, barriers and waits); Alt: 128 x 128 with Q in registers.
-// FMHA_SM90_FP8_TILE=128 picks Alt (an experiment knob for the benchmark;
-// read once per process, by the host plan and the launch alike).
+// Per head dim (H200). D=128: 128 x 192 tiles, 3 stages of K (24 KB) and
+// V^T (26 KB with the ones atoms): 16 + 150 + 32 (O) KB (FA3 picks 128 x 192
+// for FP8 with V stored column-major: fewer, longer key tiles amortize the
+// per-tile softmax reductions, barriers and waits), row sums on the MMA.
+// The first device run compares it with Alt1 (the same without the row-sum
+// MMA) and Alt2 (128 x 128, Q in registers): FMHA_SM90_FP8_TILE=192s or 128
+// picks them (an experiment knob for the benchmark, read once per process
+// by the host plan and the launch alike).
 template <int kHeadDim>
 struct Sm90Fp8Tuning;
 template <>
 struct Sm90Fp8Tuning<128> {
-  using Config = Fp8TileConfig<128, 192, 3>;
-  using Alt = Fp8TileConfig<128, 128, 3, true>;
+  using Config = Fp8TileConfig<128, 192, 3, false, true>;
+  using Alt1 = Fp8TileConfig<128, 192, 3>;
+  using Alt2 = Fp8TileConfig<128, 128, 3, true>;
 };
 
-inline bool sm90_fp8_alt_tile() {
-  static const bool alt = [] {
+// 0: Config, 1: Alt1, 2: Alt2.
+inline int sm90_fp8_tile_choice() {
+  static const int choice = [] {
     const char* v = std::getenv("FMHA_SM90_FP8_TILE");
-    return v != nullptr && std::strcmp(v, "128") == 0;
+    if (v == nullptr) return 0;
+    return std::strcmp(v, "192s") == 0 ? 1 : std::strcmp(v, "128") == 0 ? 2 : 0;
   }();
-  return alt;
+  return choice;
 }
 
 }  // namespace fmha::cuda::sm90

@@ -50,16 +50,22 @@ struct Fp8Maps {
 };
 
 // Shared memory of one CTA (fp8_tile_config.h), from the 1024-aligned base:
-// Q, kStages K stages, kStages V^T stages, the O staging tile, the barriers.
+// Q, kStages K stages, kStages V^T stages (each its 128-key panels, then
+// the 64-key one, each followed by its ones atom with kRowSumMma), the O
+// staging tile, the barriers.
 template <class Cfg>
 struct Fp8SmemLayout {
   unsigned char* base;
   __device__ unsigned char* q() const { return base; }
   __device__ unsigned char* k(int stage) const { return base + Cfg::kQBytes + stage * Cfg::kKVBytes; }
   __device__ unsigned char* v(int stage) const {
-    return base + Cfg::kQBytes + (Cfg::kStages + stage) * Cfg::kKVBytes;
+    return base + Cfg::kQBytes + Cfg::kStages * Cfg::kKVBytes + stage * Cfg::kVBytes;
   }
-  __device__ unsigned char* o() const { return base + Cfg::kQBytes + 2 * Cfg::kStages * Cfg::kKVBytes; }
+  // V^T panel pn of a stage (pn = kVFullPanels: the 64-key tail panel).
+  __device__ static constexpr int v_panel(int pn) { return pn * Cfg::kVPanelBytes; }
+  __device__ unsigned char* o() const {
+    return base + Cfg::kQBytes + Cfg::kStages * (Cfg::kKVBytes + Cfg::kVBytes);
+  }
   __device__ uint64_t* bars() const { return reinterpret_cast<uint64_t*>(o() + Cfg::kOBytes); }
   __device__ uint64_t* q_full() const { return bars(); }
   __device__ uint64_t* q_empty() const { return bars() + 1; }
@@ -75,6 +81,45 @@ struct Fp8SmemLayout {
     return o() + panel * Cfg::kBlockM * 128 + cw * 64 * 128;
   }
 };
+
+// OnlineSoftmax::step (common/softmax.cuh: steps 1-4) without step 4's row
+// sum: with kRowSumMma the P V MMA sums the FP8 P (the ones atom), and the
+// O rescale carries the sums along with O. Only p and m change here.
+template <int kNTiles, int kDTiles>
+__device__ __forceinline__ bool softmax_step_no_sum(OnlineSoftmax<1, kNTiles, kDTiles>& sm,
+                                                    float (&s)[1][kNTiles][4], float c, float (&alpha)[1][2]) {
+  using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
+  float mx[2];
+  bool grow = false;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float x = fmaxf(sm.m[0][hh], Softmax::row_max(s, 0, hh));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    mx[hh] = x;
+    grow |= (x - sm.m[0][hh]) * c > kRescaleLog2;
+    alpha[0][hh] = 1.f;
+  }
+  const bool any = __any_sync(0xffffffffu, grow);
+  if (any) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float x = mx[hh];
+      alpha[0][hh] = fast_exp2(sm.m[0][hh] * c - (x == kNegInf ? 0.f : x * c));
+      sm.m[0][hh] = x;
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const float base = sm.m[0][hh] == kNegInf ? 0.f : sm.m[0][hh] * c;
+#pragma unroll
+    for (int i = 0; i < 2 * kNTiles; ++i) {
+      float& x = s[0][i / 2][2 * hh + i % 2];
+      x = fast_exp2(fmaf(x, c, -base));
+    }
+  }
+  return any;
+}
 
 // The producer (fwd_kernel.cuh's produce, dense batches): per tile Q once
 // the consumers have released the last one, then K of tile t + 1 before
@@ -110,10 +155,10 @@ __device__ void produce_fp8(const FwdParams& p, const Fp8Maps& maps, const Fp8Sm
       mbar_arrive_expect_tx(sm.v_full(at.stage), Cfg::kKVBytes);
 #pragma unroll
       for (int pn = 0; pn < Cfg::kVFullPanels; ++pn)
-        tma_load_panel(sm.v(at.stage) + pn * Cfg::kHeadDim * 128, &maps.v, t * Cfg::kBlockN + 128 * pn, 0, hk, b,
+        tma_load_panel(sm.v(at.stage) + sm.v_panel(pn), &maps.v, t * Cfg::kBlockN + 128 * pn, 0, hk, b,
                        sm.v_full(at.stage));
       if constexpr (Cfg::kVTailKeys > 0)
-        tma_load_panel(sm.v(at.stage) + Cfg::kVFullPanels * Cfg::kHeadDim * 128, &maps.v_tail,
+        tma_load_panel(sm.v(at.stage) + sm.v_panel(Cfg::kVFullPanels), &maps.v_tail,
                        t * Cfg::kBlockN + 128 * Cfg::kVFullPanels, 0, hk, b, sm.v_full(at.stage));
     };
     if (tw.t_begin() < tw.t_end()) {
@@ -158,6 +203,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     mbar_init_fence();
   }
+  if constexpr (Cfg::kRowSumMma) {
+    // The ones atoms (fp8_tile_config.h): row 0 of the atom after each V^T
+    // panel is FP8 1.0 across the panel's keys, rows 1..7 are 0. Generic
+    // writes, read by wgmma: fenced for the async proxy.
+    constexpr unsigned char kOne = kFp8Kind<T> == __NV_E5M2 ? 0x3c : 0x38;
+    constexpr int kPanels = Cfg::kVFullPanels + (Cfg::kVTailKeys ? 1 : 0);
+    for (int i = threadIdx.x; i < Cfg::kStages * kPanels * 1024; i += Cfg::kThreads) {
+      const int stage = i / (kPanels * 1024), pn = i / 1024 % kPanels, byte = i % 1024;
+      const int row_bytes = pn < Cfg::kVFullPanels ? 128 : 64;
+      if (byte >= 8 * row_bytes) continue;
+      sm.v(stage)[sm.v_panel(pn) + Cfg::kHeadDim * row_bytes + byte] = byte < row_bytes ? kOne : 0;
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
   __syncthreads();
 
   if (wg == 0) {
@@ -179,8 +238,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp = tid / 32;
   const bool leader = tid == 0;
 
-  float o[1][kDTiles][4];
-  auto& o_flat = reinterpret_cast<float(&)[D / 2]>(o);
+  // O, and with kRowSumMma one more n8 tile: the row sums (column D, held
+  // by quad lane 0) and 7 zero columns.
+  constexpr int kOTiles = Cfg::kPvN / 8;
+  float o[1][kOTiles][4];
+  auto& o_flat = reinterpret_cast<float(&)[Cfg::kPvN / 2]>(o);
+  auto& o_d = reinterpret_cast<float(&)[1][kDTiles][4]>(o);  // O's own D columns
   float s[1][kNTiles][4];
   auto& s_flat = reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s);
   uint32_t pf[kKBlocks][4];  // P as the A fragments of P V's k32 steps
@@ -188,13 +251,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   // Descriptors: Q's 64 rows of this consumer, K and V^T of stage 0 (V^T's
   // tail panel in the 64-byte swizzle, 512-byte atoms); a k32 step is 32
-  // bytes into the panel, a stage kKVBytes on.
+  // bytes into the panel, a stage kKVBytes (K) or kVBytes (V^T) on.
   const uint64_t desc_q =
       smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.q() + cw * 64 * 128)), 0, 1024);
   const uint64_t desc_k = smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.k(0))), 0, 1024);
   const uint64_t desc_v = smem_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(0))), 0, 1024);
   const uint64_t desc_v_tail = smem_desc(
-      static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(0) + Cfg::kVFullPanels * D * 128)), 0, 512, 64);
+      static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(0) + sm.v_panel(Cfg::kVFullPanels))), 0, 512, 64);
   // With Cfg::kQInRegs, Q's A fragments: qf[ks] holds the warp's 16 rows at
   // bytes 32 ks .. 32 ks + 31. ldmatrix moves 4-byte pieces, so the 16-bit
   // kernel's load (fwd_kernel.cuh) is the 8-bit fragment too: matrix i of
@@ -232,17 +295,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_commit();
   };
   auto issue_pv = [&](int stage, uint32_t phase) {
-    const uint64_t dv = desc_advance(desc_v, stage * Cfg::kKVBytes);
+    const uint64_t dv = desc_advance(desc_v, stage * Cfg::kVBytes);
     mbar_wait(sm.v_full(stage), phase);
     fence_operands(o_flat);
     wgmma_fence();
-    const uint64_t dv_tail = desc_advance(desc_v_tail, stage * Cfg::kKVBytes);
+    const uint64_t dv_tail = desc_advance(desc_v_tail, stage * Cfg::kVBytes);
 #pragma unroll
     for (int kk = 0; kk < kKBlocks; ++kk) {
       // k32 step kk: panel kk / 4 of 128 keys, else the 64-key tail panel.
-      const uint64_t b = kk < 4 * Cfg::kVFullPanels ? desc_advance(dv, (kk / 4) * D * 128 + (kk % 4) * 32)
-                                                    : desc_advance(dv_tail, (kk - 4 * Cfg::kVFullPanels) * 32);
-      MmaRsK32<T, D>::run(o_flat, pf[kk], b, 1u);
+      const uint64_t b = kk < 4 * Cfg::kVFullPanels
+                             ? desc_advance(dv, Fp8SmemLayout<Cfg>::v_panel(kk / 4) + (kk % 4) * 32)
+                             : desc_advance(dv_tail, (kk - 4 * Cfg::kVFullPanels) * 32);
+      MmaRsK32<T, Cfg::kPvN>::run(o_flat, pf[kk], b, 1u);
     }
     wgmma_commit();
   };
@@ -264,8 +328,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     constexpr uint32_t kExp = kFp8Kind<T> == __NV_E5M2 ? 0x7c7c7c7cu : 0x7f7f7f7fu;
     const uint4* v = reinterpret_cast<const uint4*>(sm.v(stage));
     uint32_t bad = 0;
+    constexpr int kBytes = Cfg::kVFullPanels * Cfg::kVPanelBytes + (Cfg::kVTailKeys ? Cfg::kVTailBytes : 0);
 #pragma unroll 4
-    for (int i = tid; i < Cfg::kKVBytes / 16; i += 128) {
+    for (int i = tid; i < kBytes / 16; i += 128) {
       const uint4 x = v[i];
       for (uint32_t w : {x.x, x.y, x.z, x.w}) {
         const uint32_t e = (w & kExp) ^ kExp;                  // a byte is 0 where its bits of kExp are all ones
@@ -309,16 +374,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const float w0 = fp8_to_float(static_cast<uint8_t>(r0 >> shift), kFp8Kind<T>);
       const float w1 = fp8_to_float(static_cast<uint8_t>(r1 >> shift), kFp8Kind<T>);
 #pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt)
+      for (int dt = 0; dt < kOTiles; ++dt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          // V^T row d, key j: byte j % 128 of row d of 128-key panel j / 128
-          // (chunks ^ d % 8), or byte jj of the 64-byte tail panel's row d
-          // (chunks ^ (d / 2) % 4: the swizzle XORs address bits 4-5 with 7-8).
+          // V^T row d (d >= D: the ones atom), key j: byte j % 128 of row d
+          // of 128-key panel j / 128 (chunks ^ d % 8), or byte jj of the
+          // 64-byte tail panel's row d (chunks ^ (d / 2) % 4: the swizzle
+          // XORs address bits 4-5 with 7-8).
           const int d = 8 * dt + 2 * c + e;
           const int jj = j - 128 * Cfg::kVFullPanels;
-          const int at = jj < 0 ? (j / 128) * D * 128 + d * 128 + ((((j % 128) / 16) ^ (d % 8)) << 4) + j % 16
-                                : Cfg::kVFullPanels * D * 128 + d * 64 + (((jj / 16) ^ ((d / 2) % 4)) << 4) + jj % 16;
+          const int at = jj < 0 ? Fp8SmemLayout<Cfg>::v_panel(j / 128) + d * 128 + ((((j % 128) / 16) ^ (d % 8)) << 4) +
+                                      j % 16
+                                : Fp8SmemLayout<Cfg>::v_panel(Cfg::kVFullPanels) + d * 64 +
+                                      (((jj / 16) ^ ((d / 2) % 4)) << 4) + jj % 16;
           const float v = fp8_to_float(vt[at], kFp8Kind<T>);
           if (w0 != 0.f) o[0][dt][e] = fmaf(w0, v, o[0][dt][e]);
           if (w1 != 0.f) o[0][dt][2 + e] = fmaf(w1, v, o[0][dt][2 + e]);
@@ -349,7 +417,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int t_begin = tw.t_begin(), t_end = tw.t_end();
     const int row0 = tw.m0 + cw * 64 + warp * 16;
 #pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt)
+    for (int dt = 0; dt < kOTiles; ++dt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[0][dt][e] = 0.f;
     Softmax softmax;
@@ -364,7 +432,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
-      return softmax.step(s, c, alpha);
+      if constexpr (Cfg::kRowSumMma)
+        return softmax_step_no_sum(softmax, s, c, alpha);
+      else
+        return softmax.step(s, c, alpha);
     };
     auto release_q = [&] {
       if (leader) mbar_arrive(sm.q_empty());
@@ -411,7 +482,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_wait<0>();
         fence_operands(o_flat);
         if (leader) mbar_arrive(sm.v_empty(prev.stage));
-        if (moved) Softmax::rescale(o, alpha);
+        if (moved) OnlineSoftmax<1, kNTiles, kOTiles>::rescale(o, alpha);
         pack_p();
         prev = st;
         st.advance();
@@ -432,22 +503,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       release_q();
     }
 
-    softmax.finish();
+    if constexpr (Cfg::kRowSumMma) {
+      // The row sums: column D of O, in quad lane 0 (elements 0 and 2 of
+      // the ones tile: rows g and g + 8).
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) softmax.l[0][hh] = __shfl_sync(0xffffffffu, o[0][kDTiles][2 * hh], lane & ~3);
+    } else {
+      softmax.finish();
+    }
     if (p.v_descale != nullptr) {
       const float vd = descale_at(p.v_descale, p, tw.w.b, tw.w.hk);
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[0][dt][e] *= vd;
+        for (int e = 0; e < 4; ++e) o[0][dt][e] *= vd;  // O's columns only, not the row sums
     }
     const float lse_scale = c * kLn2;
     const int lane_row = row0 + lane / 4;
     if (p.num_splits > 1) {
-      store_split_partials<1, kDTiles, D>(p, tw.w, lane_row, o, softmax.m, softmax.l, lse_scale, lane);
+      store_split_partials<1, kDTiles, D>(p, tw.w, lane_row, o_d, softmax.m, softmax.l, lse_scale, lane);
       continue;
     }
     float lse[1][2];
-    finalize_rows<1, kDTiles>(o, softmax.m, softmax.l, lse_scale, lse);
+    finalize_rows<1, kDTiles>(o_d, softmax.m, softmax.l, lse_scale, lse);
     store_lse<1>(p, tw.w, lse, lane_row, lane);
 
     // O -> this consumer's rows of the 16-bit O panels (chunk c of row r at
