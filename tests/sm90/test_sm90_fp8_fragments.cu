@@ -8,7 +8,7 @@
 //               128-byte swizzle, then (kN = 192) a panel of 64 keys in
 //               the 64-byte swizzle, as the kernel's key tiles of 192.
 // Both against a float64 reference on the decoded inputs, outputs poisoned
-// first; P's values are FP8-exact, so the only rounding is FP32
+// first; P's values are e4m3-exact, so the only rounding is the MMA's
 // accumulation. A layout mistake (a wrong key, row or byte) shows as an
 // error of the order of the values themselves.
 #include <doctest/doctest.h>
@@ -87,12 +87,12 @@ __global__ void __launch_bounds__(128, 1)
     for (int e = 0; e < 4; ++e) s[j][e] = p[(r0 + 8 * (e / 2)) * kN + 8 * j + c0 + e % 2];
   uint32_t pf[kN / 32][4];
   for (int kb = 0; kb < kN / 32; ++kb)
-    hw::pack_p_fp8<T>(reinterpret_cast<const float(&)[4][4]>(s[4 * kb]), pf[kb], lane);
+    hw::pack_p_fp8<__nv_fp8_e4m3>(reinterpret_cast<const float(&)[4][4]>(s[4 * kb]), pf[kb], lane);
   float o[kD / 2];
   for (float& x : o) x = 0.f;
   hw::wgmma_fence();
   for (int kb = 0; kb < kN / 32; ++kb)
-    hw::MmaRsK32<T, kD>::run(o, pf[kb],
+    hw::MmaRsK32<__nv_fp8_e4m3, T, kD>::run(o, pf[kb],
                              kb < 4 * kFull ? hw::desc_advance(dv, (kb / 4) * kD * 128 + (kb % 4) * 32)
                                             : hw::desc_advance(dv_tail, (kb - 4 * kFull) * 32),
                              1u);
@@ -115,12 +115,15 @@ void check_fragments(fmha_dtype dtype, uint64_t seed) {
   for (auto& x : q) x = fp8(normal(rng));
   for (auto& x : k) x = fp8(normal(rng));
   for (auto& x : vt) x = fp8(normal(rng));
-  // P as the kernel has it: in [0, 2^8], FP8-exact (round-tripped), with
-  // zeros and the top value among them.
+  // P as the kernel has it: in [0, 2^8], e4m3-exact (round-tripped; P is
+  // e4m3 whatever the inputs' kind), with zeros and the top value among them.
   std::vector<float> p(kRows * kN);
   std::uniform_real_distribution<float> unif(0.f, 256.f);
   for (size_t i = 0; i < p.size(); ++i)
-    p[i] = i % 17 == 0 ? 0.f : i % 29 == 0 ? 256.f : fmha_test::fp8_to_float(fp8(unif(rng)), dtype);
+    p[i] = i % 17 == 0   ? 0.f
+           : i % 29 == 0 ? 256.f
+                         : fmha_test::fp8_to_float(fmha_test::float_to_fp8(unif(rng), FMHA_DTYPE_F8E4M3),
+                                                   FMHA_DTYPE_F8E4M3);
 
   uint8_t *dq, *dk, *dvt;
   float *dp, *ds, *dout;
@@ -175,8 +178,13 @@ void check_fragments(fmha_dtype dtype, uint64_t seed) {
   const double s_err = std::sqrt(s_num / s_den), o_err = std::sqrt(o_num / o_den);
   MESSAGE("S = Q K^T rel-L2 " << s_err << " (worst " << s_worst << "), O = P V rel-L2 " << o_err << " (worst "
                               << o_worst << ")");
-  CHECK(s_err < 1e-6);  // FP32 accumulation of exact FP8 products
-  CHECK(o_err < 1e-6);
+  // The products are exact, but the FP8 MMA accumulates with fewer bits
+  // than FP32 (H200: rel-L2 0.9-1.3e-4 over 128 terms, the first device
+  // run; DeepSeek-V3 reports ~14 bits for FP8 GEMM accumulation on Hopper).
+  // A layout mistake (a wrong key, row, byte or swizzle) is of the order of
+  // the values themselves: rel-L2 > 0.1.
+  CHECK(s_err < 1e-3);
+  CHECK(o_err < 1e-3);
 }
 
 }  // namespace

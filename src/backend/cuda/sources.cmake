@@ -41,6 +41,15 @@ set(FMHA_SM90_INSTANCES
   "f16:64;f16:128;f16:256;bf16:64;bf16:128;bf16:256;e4m3:128"
   CACHE STRING "cuda_sm90_ws instantiations, dtype:head_dim pairs (dtype f16, bf16, e4m3 or e5m2)")
 
+# Benchmarking builds only: the sm90 FP8 units also compile the candidate tile
+# configs that FMHA_SM90_FP8_TILE picks at run time (fp8_tile_config.h).
+option(FMHA_SM90_FP8_EXPERIMENTS "cuda_sm90_ws FP8: compile the candidate tile configs too" OFF)
+if(FMHA_SM90_FP8_EXPERIMENTS)
+  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 1)
+else()
+  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 0)
+endif()
+
 set(FMHA_GENERATED_DIR ${CMAKE_CURRENT_BINARY_DIR}/generated)
 
 # fmha_kernel_instances(family FAMILY out_var): generates the family's
@@ -73,7 +82,8 @@ function(fmha_kernel_instances family FAMILY out_var)
       endif()
       set(unit ${gen}/fwd_${FMHA_${FAMILY}_DTYPE}_d${FMHA_${FAMILY}_D}.cu)
       string(APPEND fp8_xs " X(${enum}, ${FMHA_${FAMILY}_T}, ${FMHA_${FAMILY}_D})")
-      list(APPEND dtypes ${enum})
+      # and the o dtypes it writes (the registry row checks o's dtype too)
+      list(APPEND dtypes ${enum} FMHA_DTYPE_F16 FMHA_DTYPE_BF16)
       configure_file(${src}/fwd_fp8_instance.cu.in ${unit} @ONLY)
       list(APPEND units ${unit})
       list(APPEND dims ${FMHA_${FAMILY}_D})

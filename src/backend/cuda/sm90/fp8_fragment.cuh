@@ -15,7 +15,8 @@ template <class T>
 constexpr __nv_fp8_interpretation_t kFp8Kind = std::is_same<T, __nv_fp8_e5m2>::value ? __NV_E5M2 : __NV_E4M3;
 
 // Two floats as an FP8 pair (lo in the low byte), saturating (P <= 2^8 fits
-// both kinds; saturation only guards the conversion's contract).
+// both kinds; saturation only guards the conversion's contract). The FP8
+// kernel converts P to e4m3 whatever its inputs' kind.
 template <class T>
 __device__ __forceinline__ uint32_t fp8x2(float lo, float hi) {
   return __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, kFp8Kind<T>);

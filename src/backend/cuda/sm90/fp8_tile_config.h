@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cuda/sm90/instances.h"  // generated: FMHA_SM90_FP8_EXPERIMENTS
+
 namespace fmha::cuda::sm90 {
 
 // The FP8 wgmma reads both operands K-major: Q [rows][d] and K [keys][d] as
@@ -65,31 +67,56 @@ struct Fp8TileConfig {
                 "setmaxnreg cannot hand out more registers than the launch allocated");
 };
 
-// Per head dim (H200). D=128: 128 x 192 tiles, 3 stages of K (24 KB) and
-// V^T (26 KB with the ones atoms): 16 + 150 + 32 (O) KB (FA3 picks 128 x 192
-// for FP8 with V stored column-major: fewer, longer key tiles amortize the
-// per-tile softmax reductions, barriers and waits), row sums on the MMA.
-// The first device run compares it with Alt1 (the same without the row-sum
-// MMA) and Alt2 (128 x 128, Q in registers): FMHA_SM90_FP8_TILE=192s or 128
-// picks them (an experiment knob for the benchmark, read once per process
-// by the host plan and the launch alike).
+// Per head dim (H200). D=128: 128 x 128 tiles, 3 stages of K and V^T (16 KB
+// each): 16 + 96 + 32 (O) KB, Q K^T from shared memory, row sums in the
+// softmax: the shape the first device run checked (docs/performance.md:
+// 697 TFLOP/s causal N=8192, 1.23x BF16). A build with
+// FMHA_SM90_FP8_EXPERIMENTS=ON (CMake) also compiles the candidates below
+// and FMHA_SM90_FP8_TILE (read once per process, by the host plan and the
+// launch alike) picks one: 128q (Q in registers), 128r (row sums on the
+// P V MMA), 192 (128 x 192: FA3's shape for column-major V), 192r (both).
 template <int kHeadDim>
 struct Sm90Fp8Tuning;
 template <>
 struct Sm90Fp8Tuning<128> {
-  using Config = Fp8TileConfig<128, 192, 3, false, true>;
-  using Alt1 = Fp8TileConfig<128, 192, 3>;
-  using Alt2 = Fp8TileConfig<128, 128, 3, true>;
+  using Config = Fp8TileConfig<128, 128, 3>;
+  using Q128 = Fp8TileConfig<128, 128, 3, true>;
+  using R128 = Fp8TileConfig<128, 128, 3, false, true>;
+  using N192 = Fp8TileConfig<128, 192, 3>;
+  using R192 = Fp8TileConfig<128, 192, 3, false, true>;
 };
 
-// 0: Config, 1: Alt1, 2: Alt2.
+#if FMHA_SM90_FP8_EXPERIMENTS
+// 0: Config; 1 .. 4: 128q, 128r, 192, 192r.
 inline int sm90_fp8_tile_choice() {
   static const int choice = [] {
     const char* v = std::getenv("FMHA_SM90_FP8_TILE");
     if (v == nullptr) return 0;
-    return std::strcmp(v, "192s") == 0 ? 1 : std::strcmp(v, "128") == 0 ? 2 : 0;
+    static const char* const kNames[] = {"", "128q", "128r", "192", "192r"};
+    for (int i = 1; i <= 4; ++i)
+      if (std::strcmp(v, kNames[i]) == 0) return i;
+    return 0;
   }();
   return choice;
+}
+#endif
+
+// fn(Cfg{}) with the tile config of an FP8 problem of head dim kHeadDim:
+// the one list the host plan (sm90_forward.cu) and the launch
+// (fwd_fp8_launch.cuh) both read.
+template <int kHeadDim, class Fn>
+auto with_fp8_config(Fn&& fn) {
+  using Tuning = Sm90Fp8Tuning<kHeadDim>;
+#if FMHA_SM90_FP8_EXPERIMENTS
+  switch (sm90_fp8_tile_choice()) {
+    case 1: return fn(typename Tuning::Q128{});
+    case 2: return fn(typename Tuning::R128{});
+    case 3: return fn(typename Tuning::N192{});
+    case 4: return fn(typename Tuning::R192{});
+    default: break;
+  }
+#endif
+  return fn(typename Tuning::Config{});
 }
 
 }  // namespace fmha::cuda::sm90

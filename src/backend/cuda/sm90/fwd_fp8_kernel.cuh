@@ -9,8 +9,8 @@
 //     any other V unsupported) and the copy engine loads V^T tiles as is;
 //   - P's A fragment (4 bytes per register: keys 4t .. 4t + 3 and 16 + 4t ..
 //     of a k32 block, t = lane % 4) is not the S accumulator's layout (keys
-//     2t, 2t + 1 of each n8 block): pack_p_fp8 converts S to FP8 pairs and
-//     trades them within the quad (fp8_fragment below);
+//     2t, 2t + 1 of each n8 block): pack_p_fp8 converts S to e4m3 pairs and
+//     trades them within the quad (fp8_fragment.cuh);
 //   - the descales: q * k folds into the softmax's units, v scales O.
 // Dense batches only (the serving layouts stay with cuda_generic); softcap,
 // causal and windows as the 16-bit kernel, and its guard against a NaN in V
@@ -186,6 +186,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kNTiles = Cfg::kBlockN / 8;
   constexpr int kDTiles = D / 8;
   constexpr int kKBlocks = Cfg::kBlockN / 32;  // k32 steps of P V
+  // P is e4m3 whatever the inputs' FP8 kind (P <= 2^8 needs no more range;
+  // e5m2's 2 mantissa bits would double P's rounding): P V is an
+  // e4m3 x T MMA.
+  using P8 = __nv_fp8_e4m3;
   using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
   extern __shared__ unsigned char smem_raw[];
   const Fp8SmemLayout<Cfg> sm{
@@ -287,7 +291,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int ks = 0; ks < D / 32; ++ks) {
       if constexpr (Cfg::kQInRegs)
-        MmaRsK32<T, Cfg::kBlockN>::run(s_flat, qf[ks], desc_advance(dk, ks * 32), ks > 0 ? 1u : 0u);
+        MmaRsK32<T, T, Cfg::kBlockN>::run(s_flat, qf[ks], desc_advance(dk, ks * 32), ks > 0 ? 1u : 0u);
       else
         MmaSsK32<T, Cfg::kBlockN>::run(s_flat, desc_advance(desc_q, ks * 32), desc_advance(dk, ks * 32),
                                        ks > 0 ? 1u : 0u);
@@ -306,14 +310,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const uint64_t b = kk < 4 * Cfg::kVFullPanels
                              ? desc_advance(dv, Fp8SmemLayout<Cfg>::v_panel(kk / 4) + (kk % 4) * 32)
                              : desc_advance(dv_tail, (kk - 4 * Cfg::kVFullPanels) * 32);
-      MmaRsK32<T, Cfg::kPvN>::run(o_flat, pf[kk], b, 1u);
+      MmaRsK32<P8, T, Cfg::kPvN>::run(o_flat, pf[kk], b, 1u);
     }
     wgmma_commit();
   };
   auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < kKBlocks; ++kk)
-      pack_p_fp8<T>(reinterpret_cast<const float(&)[4][4]>(s[0][4 * kk]), pf[kk], lane);
+      pack_p_fp8<P8>(reinterpret_cast<const float(&)[4][4]>(s[0][4 * kk]), pf[kk], lane);
   };
 
   // fmha.h: keys a row does not see never affect it; inside the tensor core
@@ -371,8 +375,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       r0 = __shfl_sync(0xffffffffu, r0, quad0 + (j % 16) / 4);
       r1 = __shfl_sync(0xffffffffu, r1, quad0 + (j % 16) / 4);
       const int shift = 8 * (j % 4);
-      const float w0 = fp8_to_float(static_cast<uint8_t>(r0 >> shift), kFp8Kind<T>);
-      const float w1 = fp8_to_float(static_cast<uint8_t>(r1 >> shift), kFp8Kind<T>);
+      const float w0 = fp8_to_float(static_cast<uint8_t>(r0 >> shift), kFp8Kind<P8>);
+      const float w1 = fp8_to_float(static_cast<uint8_t>(r1 >> shift), kFp8Kind<P8>);
 #pragma unroll
       for (int dt = 0; dt < kOTiles; ++dt)
 #pragma unroll
@@ -423,12 +427,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     Softmax softmax;
     softmax.init();
     // The logit of raw score x is scale * qk * x (qk: the q/k descales of
-    // the tile's (batch, kv head)), soft-capped when softcap is set.
+    // the tile's (batch, kv head)), soft-capped when softcap is set (qk then
+    // scales softcap's input). Without softcap qk joins the softmax's units
+    // c, and a negative qk flips the scores' sign instead, so the running
+    // max stays a max and P stays <= 2^8 (sm80/fwd_kernel.cuh does the same;
+    // with c < 0 the exponents would grow without bound and P saturate FP8).
     const float qk = qk_descale(p, tw.w.b, tw.w.hk);
     const bool softcapped = p.softcap_out != 0.f;
-    const float c = softcapped ? p.score_log2 : p.score_log2 * qk;
+    const bool negate = !softcapped && qk < 0.f;
+    const float c = softcapped ? p.score_log2 : p.score_log2 * fabsf(qk);
     auto score = [&](int t) {
       fence_operands(s_flat);
+      if (negate) {
+#pragma unroll
+        for (int i = 0; i < Cfg::kBlockN / 2; ++i) s_flat[i] = -s_flat[i];
+      }
       if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);

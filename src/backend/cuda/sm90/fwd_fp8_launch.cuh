@@ -58,19 +58,15 @@ fmha_status launch_fwd_fp8_kernel(const FwdParams& f, const LaunchArgs& a) {
   return check_launch("cuda_sm90_ws FP8 forward");
 }
 
-// One kernel per o dtype (F16, BF16: sm90_supports refuses others).
+// One kernel per o dtype (F16, BF16: sm90_supports refuses others) and
+// tile config (fp8_tile_config.h: one, unless FMHA_SM90_FP8_EXPERIMENTS).
 template <class T, int kHeadDim>
 fmha_status launch_fwd_fp8(const FwdParams& f, const LaunchArgs& a) {
-  using Tuning = Sm90Fp8Tuning<kHeadDim>;
   const bool bf16 = f.o_dtype == FMHA_DTYPE_BF16;
-  auto launch = [&](auto cfg) {
+  const fmha_status s = with_fp8_config<kHeadDim>([&](auto cfg) {
     using Cfg = decltype(cfg);
     return bf16 ? launch_fwd_fp8_kernel<T, __nv_bfloat16, Cfg>(f, a) : launch_fwd_fp8_kernel<T, __half, Cfg>(f, a);
-  };
-  const int choice = sm90_fp8_tile_choice();
-  const fmha_status s = choice == 1   ? launch(typename Tuning::Alt1{})
-                        : choice == 2 ? launch(typename Tuning::Alt2{})
-                                      : launch(typename Tuning::Config{});
+  });
   if (s != FMHA_SUCCESS || f.num_splits == 1) return s;
   return bf16 ? launch_split_combine<__nv_bfloat16>(fwd_combine_params(f), a.stream)
               : launch_split_combine<__half>(fwd_combine_params(f), a.stream);

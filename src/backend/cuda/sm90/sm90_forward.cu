@@ -83,12 +83,7 @@ template <class Fn>
 bool dispatch_config(const Problem& p, Fn&& fn) {
   if (is_fp8(p.dtype))
     return dispatch_fp8_instance(p.dtype, p.head_dim, [&](auto, auto head_dim) {
-      using Tuning = sm90::Sm90Fp8Tuning<decltype(head_dim)::value>;
-      switch (sm90::sm90_fp8_tile_choice()) {
-        case 1: fn(typename Tuning::Alt1{}); break;
-        case 2: fn(typename Tuning::Alt2{}); break;
-        default: fn(typename Tuning::Config{}); break;
-      }
+      sm90::with_fp8_config<decltype(head_dim)::value>(fn);
     });
   return dispatch_head_dim(p.head_dim, [&](auto head_dim) {
     fn(typename sm90::Sm90Tuning<decltype(head_dim)::value>::Config{});
