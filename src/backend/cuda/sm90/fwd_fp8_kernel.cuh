@@ -11,7 +11,9 @@
 //     of a k32 block, t = lane % 4) is not the S accumulator's layout (keys
 //     2t, 2t + 1 of each n8 block): pack_p_fp8 converts S to e4m3 pairs and
 //     trades them within the quad (fp8_fragment.cuh);
-//   - the descales: q * k folds into the softmax's units, v scales O.
+//   - the descales: q * k folds into the softmax's units (a negative factor
+//     flips the scores' sign instead: P must stay <= 2^8 for e4m3), v
+//     scales O.
 // Dense batches only (the serving layouts stay with cuda_generic); softcap,
 // causal and windows as the 16-bit kernel, and its guard against a NaN in V
 // at a masked key; no bias or ALiBi.
