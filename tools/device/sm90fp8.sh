@@ -12,22 +12,22 @@
 #              shared memory, P's A fragments from the accumulator via
 #              pack_p_fp8, P V against V^T in 128- and 64-byte swizzled
 #              panels) against a float64 GEMM; then test_gpu -tc="sm90
-#              FP8*,CUDA handle:*": the kernel forced against the float64
+#              FP8*": the kernel forced against the float64
 #              reference (kToleranceFp8P; splits 1 / auto / 3, causal and
 #              not, GQA, descales, softcap, windows, Nq > Nk, N=2048), what
 #              it declines with the reason, the automatic choice, a NaN in V
-#              at a masked key, the numerics contract table; then the FP8
+#              at a masked key; then the FP8
 #              cases again for each candidate (FMHA_SM90_FP8_TILE=128q: Q in
 #              registers; 128r: row sums on the P V MMA; 192: 128 x 192
 #              tiles; 192r: both)
-#   bench.log  bench_cuda --suite fp8 --n 8192,16384: e4m3 against BF16 of the
+#   bench.log  bench_cuda --suite fp8 --n 8192: e4m3 against BF16 of the
 #              same (decoded) values on cuda_sm90_ws, causal and not, B=1 H=32
 #              D=128, for the default and each candidate; then tests/perf/probe_torch_fp8.py:
 #              whether torch's SDPA takes e4m3 inputs (each backend), timed
 #              beside BF16 FLASH / CUDNN SDPA of the same causal shape
 #
 # What it should show: every step rc=0 with "0 failed"; each FP8 case's o
-# rel_l2 (expect ~1e-2, bound 3e-2); the bench table's "e4m3 speedup" column
+# rel_l2 (the first run: 1.6-2.5e-2, bound 3e-2); the bench table's "e4m3 speedup" column
 # (the issue's bar: >= 1.6 causal at N=8192) and rel_l2 vs bf16 (< 3e-2).
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -65,7 +65,7 @@ tests() {
   echo "== test_sm90"
   "$bdir/tests/test_sm90" -tc="*FP8*,*RS*" || rc=1
   echo "== test_gpu, the default tiles (128 x 128)"
-  "$bdir/tests/test_gpu" -tc="sm90 FP8*,CUDA handle:*" || rc=1
+  "$bdir/tests/test_gpu" -tc="sm90 FP8*" || rc=1
   for tile in 128q 128r 192 192r; do
     echo "== test_gpu, FMHA_SM90_FP8_TILE=$tile"
     FMHA_SM90_FP8_TILE=$tile "$bdir/tests/test_gpu" -tc="sm90 FP8*" || rc=1
@@ -79,7 +79,7 @@ bench=$(find "$bdir" -name bench_cuda -type f -perm -u+x | head -1)
 benches() {
   local rc=0
   echo "== the default tiles (128 x 128)"
-  "$bench" --suite fp8 --n 8192,16384 || rc=1
+  "$bench" --suite fp8 --n 8192 || rc=1
   for tile in 128q 128r 192 192r; do
     echo "== FMHA_SM90_FP8_TILE=$tile"
     FMHA_SM90_FP8_TILE=$tile "$bench" --suite fp8 --n 8192 || rc=1
