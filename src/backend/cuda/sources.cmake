@@ -36,9 +36,20 @@ list(APPEND FMHA_SOURCES
 set(FMHA_SM80_INSTANCES
   "f16:32;f16:64;f16:96;f16:128;f16:256;bf16:32;bf16:64;bf16:96;bf16:128;bf16:256;f16_f8kv:64;f16_f8kv:128;f16_f8kv:256;bf16_f8kv:64;bf16_f8kv:128;bf16_f8kv:256"
   CACHE STRING "cuda_sm80_tc instantiations, dtype:head_dim pairs (dtype f16, bf16, f16_f8kv or bf16_f8kv)")
+# cuda_sm90_ws also takes e4m3:<head_dim> / e5m2:<head_dim>: q, k and v all
+# FP8 (V transposed), o F16 or BF16, on wgmma FP8 (head dim 128 only).
 set(FMHA_SM90_INSTANCES
-  "f16:64;f16:128;f16:256;bf16:64;bf16:128;bf16:256"
-  CACHE STRING "cuda_sm90_ws instantiations, dtype:head_dim pairs (dtype f16 or bf16)")
+  "f16:64;f16:128;f16:256;bf16:64;bf16:128;bf16:256;e4m3:128"
+  CACHE STRING "cuda_sm90_ws instantiations, dtype:head_dim pairs (dtype f16, bf16, e4m3 or e5m2)")
+
+# Benchmarking builds only: the sm90 FP8 units also compile the candidate tile
+# configs that FMHA_SM90_FP8_TILE picks at run time (fp8_tile_config.h).
+option(FMHA_SM90_FP8_EXPERIMENTS "cuda_sm90_ws FP8: compile the candidate tile configs too" OFF)
+if(FMHA_SM90_FP8_EXPERIMENTS)
+  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 1)
+else()
+  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 0)
+endif()
 
 set(FMHA_GENERATED_DIR ${CMAKE_CURRENT_BINARY_DIR}/generated)
 
@@ -57,10 +68,32 @@ function(fmha_kernel_instances family FAMILY out_var)
   set(dims "")
   set(dtypes "")
   set(fp8kv_xs "")
+  set(fp8_xs "")
   foreach(entry IN LISTS FMHA_${FAMILY}_INSTANCES)
+    if(family STREQUAL "sm90" AND entry MATCHES "^(e4m3|e5m2):([0-9]+)$")
+      # FP8 q, k and v (sm90 only): its own unit template and list.
+      set(FMHA_${FAMILY}_DTYPE ${CMAKE_MATCH_1})
+      set(FMHA_${FAMILY}_D ${CMAKE_MATCH_2})
+      if(CMAKE_MATCH_1 STREQUAL "e4m3")
+        set(FMHA_${FAMILY}_T __nv_fp8_e4m3)
+        set(enum FMHA_DTYPE_F8E4M3)
+      else()
+        set(FMHA_${FAMILY}_T __nv_fp8_e5m2)
+        set(enum FMHA_DTYPE_F8E5M2)
+      endif()
+      set(unit ${gen}/fwd_${FMHA_${FAMILY}_DTYPE}_d${FMHA_${FAMILY}_D}.cu)
+      string(APPEND fp8_xs " X(${enum}, ${FMHA_${FAMILY}_T}, ${FMHA_${FAMILY}_D})")
+      # and the o dtypes it writes (the registry row checks o's dtype too)
+      list(APPEND dtypes ${enum} FMHA_DTYPE_F16 FMHA_DTYPE_BF16)
+      configure_file(${src}/fwd_fp8_instance.cu.in ${unit} @ONLY)
+      list(APPEND units ${unit})
+      list(APPEND dims ${FMHA_${FAMILY}_D})
+      continue()
+    endif()
     if(NOT entry MATCHES "^(f16|bf16)(_f8kv)?:([0-9]+)$" OR (CMAKE_MATCH_2 AND NOT family STREQUAL "sm80"))
       message(FATAL_ERROR "FMHA_${FAMILY}_INSTANCES: '${entry}' is not f16:<head_dim> or bf16:<head_dim>"
-                          " (sm80 also: f16_f8kv:<head_dim>, bf16_f8kv:<head_dim>)")
+                          " (sm80 also: f16_f8kv:<head_dim>, bf16_f8kv:<head_dim>; sm90 also: e4m3:<head_dim>,"
+                          " e5m2:<head_dim>)")
     endif()
     set(fp8kv ${CMAKE_MATCH_2})
     set(FMHA_${FAMILY}_DTYPE ${CMAKE_MATCH_1}${CMAKE_MATCH_2})
@@ -91,6 +124,7 @@ function(fmha_kernel_instances family FAMILY out_var)
   list(REMOVE_DUPLICATES dtypes)
   set(FMHA_${FAMILY}_INSTANCE_XS "${xs}")
   set(FMHA_${FAMILY}_FP8KV_INSTANCE_XS "${fp8kv_xs}")
+  set(FMHA_${FAMILY}_FP8_INSTANCE_XS "${fp8_xs}")
   list(LENGTH dims FMHA_${FAMILY}_HEAD_DIM_COUNT)
   string(REPLACE ";" ", " FMHA_${FAMILY}_HEAD_DIM_LIST "${dims}")
   set(FMHA_${FAMILY}_HEAD_DIM_TEXT "${FMHA_${FAMILY}_HEAD_DIM_LIST}")
