@@ -143,6 +143,7 @@ struct ScoreMask {
                                                        int lane) {
     constexpr bool kTensor = !std::is_void<B>::value;
     const int j_lane = n0 + 2 * (lane & 3);  // the lane's first key; even, as n0 is a multiple of 8
+    const int side = kAlibi ? alibi_side(p, diag, row0, n0) : 0;
 #pragma unroll
     for (int ms = 0; ms < kMSlices; ++ms)
 #pragma unroll
@@ -173,23 +174,129 @@ struct ScoreMask {
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt) x[nt] = make_float2(0.f, 0.f);
         }
+        float2 a[kNTiles];
         if constexpr (kAlibi) {
           const float slope = p.alibi_slopes[w.b * p.alibi_stride + h];
-          // d(i) - (the lane's first key), in float: exact below 2^24, and
-          // the elements' distances are it minus compile-time offsets.
-          const float dist0 = static_cast<float>(i + diag - j_lane);
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
-            x[nt].x -= slope * fabsf(dist0 - static_cast<float>(nt * 8));
-            x[nt].y -= slope * fabsf(dist0 - static_cast<float>(nt * 8 + 1));
-          }
+          alibi_terms(a, kInit ? slope * f : slope, static_cast<float>(i + diag - j_lane), side);
         }
+        combine<kInit, kTensor, kAlibi>(s, ms, hh, x, a, f);
+      }
+  }
+
+  // Which side of the diagonal the warp's elements of key tile n0 lie on,
+  // uniform over the warp: +1 when every key is at or before d(i) for every
+  // row (|d(i) - j| = d(i) - j), -1 when at or after, 0 when the tile
+  // crosses some row's diagonal. Rows are unit rows from row0, as in apply().
+  __device__ __forceinline__ static int alibi_side(const FwdParams& p, int64_t diag, int row0, int n0) {
+    const int64_t d_lo = row0 / p.pack + diag, d_hi = (row0 + 16 * kMSlices - 1) / p.pack + diag;
+    return d_lo >= n0 + kNTiles * 8 - 1 ? 1 : d_hi <= n0 ? -1 : 0;
+  }
+
+  // ALiBi's terms of one row's lane elements: t = -slope * |dist0 - (8 nt +
+  // e)|, dist0 = d(i) - (the lane's first key), in float (exact below 2^24;
+  // the distances are dist0 minus compile-time offsets). On one side of the
+  // diagonal (alibi_side) the term is affine in the key, side * slope *
+  // (8 nt + e) - side * slope * dist0: one FFMA per element from a per-row
+  // base; a tile that crosses a diagonal takes the |.| per element.
+  // `slope` carries whatever factor the caller folds into the terms.
+  __device__ __forceinline__ static void alibi_terms(float2 (&t)[kNTiles], float slope, float dist0, int side) {
+    if (side != 0) {
+      const float a = side > 0 ? slope : -slope;
+      const float base = -a * dist0;
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          s[ms][nt][2 * hh] = kInit ? x[nt].x * f : fmaf(s[ms][nt][2 * hh], f, x[nt].x);
-          s[ms][nt][2 * hh + 1] = kInit ? x[nt].y * f : fmaf(s[ms][nt][2 * hh + 1], f, x[nt].y);
+      for (int nt = 0; nt < kNTiles; ++nt)
+        t[nt] = make_float2(fmaf(a, static_cast<float>(nt * 8), base), fmaf(a, static_cast<float>(nt * 8 + 1), base));
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+        t[nt] = make_float2(-slope * fabsf(dist0 - static_cast<float>(nt * 8)),
+                            -slope * fabsf(dist0 - static_cast<float>(nt * 8 + 1)));
+    }
+  }
+
+  // Row hh of slice ms: kInit: s = x * f + a (a carries f already); else
+  // s = s * f + x + a. x: the bias elements (kTensor), a: ALiBi's (kAlibi).
+  template <bool kInit, bool kTensor, bool kAlibi>
+  __device__ __forceinline__ static void combine(Acc& s, int ms, int hh, const float2 (&x)[kNTiles],
+                                                 const float2 (&a)[kNTiles], float f) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& y = s[ms][nt][2 * hh + e];
+        if constexpr (kTensor && kAlibi) {
+          const float xe = e ? x[nt].y : x[nt].x, ae = e ? a[nt].y : a[nt].x;
+          y = kInit ? fmaf(xe, f, ae) : fmaf(y, f, xe) + ae;
+        } else if constexpr (kTensor) {
+          const float xe = e ? x[nt].y : x[nt].x;
+          y = kInit ? xe * f : fmaf(y, f, xe);
+        } else if constexpr (kAlibi) {
+          const float ae = e ? a[nt].y : a[nt].x;
+          y = kInit ? ae : fmaf(y, f, ae);
         }
       }
+  }
+
+  // The bias (and ALiBi) terms with the bias tile staged in shared memory
+  // (B: a 16-bit type) instead of loaded from global memory per element:
+  // the copy engine's 128-byte-swizzled panels of 64 keys, key k of tile row
+  // r at byte (k / 64) 8192 + 128 r + 16 ((k % 64) / 8 ^ r % 8) + 2 (k % 8)
+  // from `tile` (a shared address, 1024-aligned). The lane's 16-byte chunks
+  // of one n8 tile fall on 8 distinct chunk columns for its 8 rows, so a
+  // warp's loads are free of bank conflicts. tile_row0: the tile row of unit
+  // row row0; row_bcast: the tile holds one row, shared by every query (a
+  // bias broadcast over Nq). Same kInit / f as bias_terms. Returns whether
+  // one of the lane's elements is -inf (a key the row does not see).
+  template <bool kInit>
+  __device__ __forceinline__ static bool staged_bias_terms(Acc& s, const FwdParams& p, const WorkTile& w,
+                                                           int64_t diag, float f, int row0, int n0, int lane,
+                                                           uint32_t tile, int tile_row0, bool row_bcast) {
+    const bool bf16 = p.bias_dtype == FMHA_DTYPE_BF16;
+    if (p.alibi_slopes != nullptr)
+      return bf16 ? staged_as<__nv_bfloat16, kInit, true>(s, p, w, diag, f, row0, n0, lane, tile, tile_row0, row_bcast)
+                  : staged_as<__half, kInit, true>(s, p, w, diag, f, row0, n0, lane, tile, tile_row0, row_bcast);
+    return bf16 ? staged_as<__nv_bfloat16, kInit, false>(s, p, w, diag, f, row0, n0, lane, tile, tile_row0, row_bcast)
+                : staged_as<__half, kInit, false>(s, p, w, diag, f, row0, n0, lane, tile, tile_row0, row_bcast);
+  }
+  template <class B, bool kInit, bool kAlibi>
+  __device__ __forceinline__ static bool staged_as(Acc& s, const FwdParams& p, const WorkTile& w, int64_t diag,
+                                                   float f, int row0, int n0, int lane, uint32_t tile,
+                                                   int tile_row0, bool row_bcast) {
+    using B2 = typename std::conditional<std::is_same<B, __half>::value, __half2, __nv_bfloat162>::type;
+    const int j_lane = n0 + 2 * (lane & 3);
+    const int side = kAlibi ? alibi_side(p, diag, row0, n0) : 0;
+    B2 lowest = B2{};  // the lane's least element pair (a -inf wins every min)
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + ms * 16 + (lane >> 2) + 8 * hh;
+        const int tr = row_bcast ? 0 : tile_row0 + ms * 16 + (lane >> 2) + 8 * hh;
+        const uint32_t row = tile + tr * 128 + (lane & 3) * 4;
+        float2 x[kNTiles];
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          uint32_t raw;
+          asm volatile("ld.shared.b32 %0, [%1];\n"
+                       : "=r"(raw)
+                       : "r"(row + (nt / 8) * 8192 + ((((nt % 8) ^ (tr % 8))) << 4))
+                       : "memory");
+          const B2 pair = *reinterpret_cast<const B2*>(&raw);
+          lowest = ms == 0 && hh == 0 && nt == 0 ? pair : __hmin2(lowest, pair);
+          x[nt] = to_float2<B>(raw);
+        }
+        float2 a[kNTiles];
+        if constexpr (kAlibi) {
+          int64_t h;
+          int i;
+          w.locate(p, r, &h, &i);
+          const float slope = p.alibi_slopes[w.b * p.alibi_stride + h];
+          alibi_terms(a, kInit ? slope * f : slope, static_cast<float>(i + diag - j_lane), side);
+        }
+        combine<kInit, true, kAlibi>(s, ms, hh, x, a, f);
+      }
+    const float2 m = to_float2<B>(*reinterpret_cast<const uint32_t*>(&lowest));
+    return m.x == kNegInf || m.y == kNegInf;
   }
 
   // Keys outside row i's visible range [lo(i), hi(i)) (core/mask.h) -> -inf.

@@ -82,7 +82,8 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   int block_m = 0;
   plan.ok = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
     using Cfg = typename sm90::Sm90Tuning<decltype(head_dim)::value>::Config;
-    plan.smem = Cfg::kSmemBytes;
+    // The score-transform kernel adds its bias ring (tile_config.h).
+    plan.smem = score_ops_of(p) == ScoreOps::kAll ? Cfg::kSmemBytesBias : Cfg::kSmemBytes;
     plan.block_n = Cfg::kBlockN;
     plan.persistent = Cfg::kPersistent;
     block_m = Cfg::kBlockM;
