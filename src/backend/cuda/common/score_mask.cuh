@@ -239,9 +239,9 @@ struct ScoreMask {
 
   // The bias (and ALiBi) terms with the bias tile staged in shared memory
   // (B: a 16-bit type) instead of loaded from global memory per element:
-  // the copy engine's 128-byte-swizzled panels of 64 keys, key k of tile row
-  // r at byte (k / 64) 8192 + 128 r + 16 ((k % 64) / 8 ^ r % 8) + 2 (k % 8)
-  // from `tile` (a shared address, 1024-aligned). The lane's 16-byte chunks
+  // 128-byte-swizzled panels of 64 keys (the copy engine's), key k of tile
+  // row r at byte (k / 64) panel_bytes + 128 r + 16 ((k % 64) / 8 ^ r % 8) +
+  // 2 (k % 8) from `tile` (a shared address, 128-aligned). The lane's 16-byte chunks
   // of one n8 tile fall on 8 distinct chunk columns for its 8 rows, so a
   // warp's loads are free of bank conflicts. tile_row0: the tile row of unit
   // row row0; row_bcast: the tile holds one row, shared by every query (a
@@ -250,18 +250,23 @@ struct ScoreMask {
   template <bool kInit>
   __device__ __forceinline__ static bool staged_bias_terms(Acc& s, const FwdParams& p, const WorkTile& w,
                                                            int64_t diag, float f, int row0, int n0, int lane,
-                                                           uint32_t tile, int tile_row0, bool row_bcast) {
+                                                           uint32_t tile, int panel_bytes, int tile_row0,
+                                                           bool row_bcast) {
     const bool bf16 = p.bias_dtype == FMHA_DTYPE_BF16;
     if (p.alibi_slopes != nullptr)
-      return bf16 ? staged_as<__nv_bfloat16, kInit, true>(s, p, w, diag, f, row0, n0, lane, tile, tile_row0, row_bcast)
-                  : staged_as<__half, kInit, true>(s, p, w, diag, f, row0, n0, lane, tile, tile_row0, row_bcast);
-    return bf16 ? staged_as<__nv_bfloat16, kInit, false>(s, p, w, diag, f, row0, n0, lane, tile, tile_row0, row_bcast)
-                : staged_as<__half, kInit, false>(s, p, w, diag, f, row0, n0, lane, tile, tile_row0, row_bcast);
+      return bf16 ? staged_as<__nv_bfloat16, kInit, true>(s, p, w, diag, f, row0, n0, lane, tile, panel_bytes,
+                                                         tile_row0, row_bcast)
+                  : staged_as<__half, kInit, true>(s, p, w, diag, f, row0, n0, lane, tile, panel_bytes, tile_row0,
+                                                   row_bcast);
+    return bf16 ? staged_as<__nv_bfloat16, kInit, false>(s, p, w, diag, f, row0, n0, lane, tile, panel_bytes,
+                                                        tile_row0, row_bcast)
+                : staged_as<__half, kInit, false>(s, p, w, diag, f, row0, n0, lane, tile, panel_bytes, tile_row0,
+                                                  row_bcast);
   }
   template <class B, bool kInit, bool kAlibi>
   __device__ __forceinline__ static bool staged_as(Acc& s, const FwdParams& p, const WorkTile& w, int64_t diag,
                                                    float f, int row0, int n0, int lane, uint32_t tile,
-                                                   int tile_row0, bool row_bcast) {
+                                                   int panel_bytes, int tile_row0, bool row_bcast) {
     using B2 = typename std::conditional<std::is_same<B, __half>::value, __half2, __nv_bfloat162>::type;
     const int j_lane = n0 + 2 * (lane & 3);
     const int side = kAlibi ? alibi_side(p, diag, row0, n0) : 0;
@@ -279,7 +284,7 @@ struct ScoreMask {
           uint32_t raw;
           asm volatile("ld.shared.b32 %0, [%1];\n"
                        : "=r"(raw)
-                       : "r"(row + (nt / 8) * 8192 + ((((nt % 8) ^ (tr % 8))) << 4))
+                       : "r"(row + (nt / 8) * panel_bytes + ((((nt % 8) ^ (tr % 8))) << 4))
                        : "memory");
           const B2 pair = *reinterpret_cast<const B2*>(&raw);
           lowest = ms == 0 && hh == 0 && nt == 0 ? pair : __hmin2(lowest, pair);

@@ -47,6 +47,7 @@
 #include "backend/cuda/common/softmax.cuh"
 #include "backend/cuda/common/swizzle.cuh"
 #include "backend/cuda/common/tile_scheduler.h"
+#include "backend/cuda/sm80/bias_tile.cuh"
 #include "backend/cuda/sm80/ptx.cuh"
 #include "backend/cuda/sm80/tile_config.h"
 #include "core/key_tiles.h"
@@ -762,6 +763,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     }
   };
 
+  // The bias staged per warp (bias_tile.cuh; kAll kernels, a bias the
+  // copy can address, no softcap: its terms start Q K^T's accumulator):
+  // B[t+1] goes out once B[t] is read, at the top of tile t, so the groups
+  // run B[t], K[t], V[t], B[t+1], K[t+1], V[t+1], ...: "B[t] landed" is
+  // wait_group(2) at the top of t, "K[t]" wait_group(2) after B[t+1]'s
+  // commit and "V[t]" wait_group(3) (each one more than without). The
+  // prologue commits B[t_begin] first.
+  using Bias = BiasTile<Cfg>;
+  const bool staged = kAllOps && !kFp8Kv && p.softcap_out == 0.f && Bias::usable(p);  // CTA-uniform
+  const int row0 = w.m0 + warp * Cfg::kRowsPerWarp;  // the warp's first row
+  const uint32_t sBias = smem_u32(smem) + Cfg::kSmemBytes + warp * Bias::kWarpBytes;
+  if (staged) {
+    if (w.t_begin < w.t_end) Bias::load(sBias, p, w, row0, w.t_begin * Cfg::kBlockN, lane);
+    cp_async_commit();
+  }
+
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next
   // (kFp8Kv: then K and V of t_begin + 1, and K[t_begin] converted).
   if (p.pack == 1) {
@@ -796,7 +813,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   }
 
   const LaneAddr<Cfg> addr(warp, lane);
-  const int row0 = w.m0 + warp * Cfg::kRowsPerWarp;  // the warp's first row
   float o[Cfg::kMSlices][Cfg::kDTiles][4];
 #pragma unroll
   for (int ms = 0; ms < Cfg::kMSlices; ++ms)
@@ -834,10 +850,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       const bool check = kGuardNonFiniteV && (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min);
       v_bad = Fp8Tile::convert(smem, rawV + raw, sV16 - sQ, tid, e4m3, check);
     } else {
-      if (bias_init)
-        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale,
-                                                          row0, t * Cfg::kBlockN, lane);
-      cp_async_wait<1>();  // K[t] landed (this thread's part) ...
+      if (staged) {
+        cp_async_wait<2>();  // B[t] landed (this lane's chunks) ...
+        __syncwarp();        // ... and the warp's
+        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::template staged_bias_terms<true>(
+            s, p, w, w.diag_offset(p), 1.f / p.scale, row0, t * Cfg::kBlockN, lane, sBias, Bias::kPanelBytes, 0,
+            false);
+        __syncwarp();  // the warp has read B[t] before B[t+1] lands on it
+        if (t + 1 < w.t_end) Bias::load(sBias, p, w, row0, (t + 1) * Cfg::kBlockN, lane);
+        cp_async_commit();
+        cp_async_wait<2>();  // K[t] landed (V[t] and B[t+1] in flight) ...
+      } else {
+        if (bias_init)
+          ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p),
+                                                            p.scale, row0, t * Cfg::kBlockN, lane);
+        cp_async_wait<1>();  // K[t] landed (this thread's part) ...
+      }
       __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
       const int n_next = (t + 1) * Cfg::kBlockN;
       if (t + 1 < w.t_end) load_k(sK + next, n_next);
@@ -885,7 +913,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       // (v_bad: only checked on edge tiles, see above).
       guard = __syncthreads_or(kGuardNonFiniteV && v_bad) != 0;
     } else {
-      cp_async_wait<2>();  // V[t] landed (this thread's part)
+      if (staged)
+        cp_async_wait<3>();  // V[t] landed (this thread's part; B[t+1] may not have)
+      else
+        cp_async_wait<2>();  // V[t] landed (this thread's part)
       // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
       // and every tile under a bias tensor (its -inf entries hide keys from
       // some rows only).

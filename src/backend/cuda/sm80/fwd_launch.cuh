@@ -17,11 +17,13 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
   const void* kernel = reinterpret_cast<const void*>(fwd_kernel<T, kFp8Kv, Cfg, kOps, kMode>);
   static SmemOptIn opt_in;          // one per instantiation, i.e. per kernel
   static KernelLauncher launcher;   // likewise
-  const fmha_status s = opt_in.ensure(kernel, Cfg::kSmemBytes, a.device, "cuda_sm80_tc forward");
+  // The score-ops kernels' bias buffers follow the rest (tile_config.h).
+  constexpr int kSmem = kOps == ScoreOps::kAll ? Cfg::kSmemBytesBias : Cfg::kSmemBytes;
+  const fmha_status s = opt_in.ensure(kernel, kSmem, a.device, "cuda_sm80_tc forward");
   if (s != FMHA_SUCCESS) return s;
   void* args[] = {const_cast<FwdParams*>(&p)};
-  return launcher.launch(kernel, dim3(static_cast<unsigned>(a.blocks)), dim3(Cfg::kThreads), Cfg::kSmemBytes,
-                         a.stream, args, "cuda_sm80_tc forward");
+  return launcher.launch(kernel, dim3(static_cast<unsigned>(a.blocks)), dim3(Cfg::kThreads), kSmem, a.stream, args,
+                         "cuda_sm80_tc forward");
 }
 
 template <class T, bool kFp8Kv, class Cfg, SeqMode kMode>

@@ -32,16 +32,17 @@ struct Shape {
   int block_m = 0, block_n = 0, smem = 0, blocks_per_sm = 0;
 };
 
+// score_ops: the kAll kernels take the bias buffers too (tile_config.h).
 template <class Cfg>
-constexpr Shape shape_of() {
-  return {Cfg::kBlockM, Cfg::kBlockN, Cfg::kSmemBytes, Cfg::kMinBlocksPerSm};
+constexpr Shape shape_of(bool score_ops) {
+  return {Cfg::kBlockM, Cfg::kBlockN, score_ops ? Cfg::kSmemBytesBias : Cfg::kSmemBytes, Cfg::kMinBlocksPerSm};
 }
 
 template <int kHeadDim>
-Shape shape_for(bool narrow, bool fp8_kv) {
+Shape shape_for(bool narrow, bool fp8_kv, bool score_ops) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
-  if (!narrow) return shape_of<typename Tuning::Wide>();
-  return fp8_kv ? shape_of<typename Tuning::NarrowFp8Kv>() : shape_of<typename Tuning::Narrow>();
+  if (!narrow) return shape_of<typename Tuning::Wide>(score_ops);
+  return fp8_kv ? shape_of<typename Tuning::NarrowFp8Kv>(score_ops) : shape_of<typename Tuning::Narrow>(score_ops);
 }
 
 // The one place a run-time head dim becomes a template argument: calls
@@ -125,7 +126,8 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const int64_t pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype));
+    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype),
+                                                      score_ops_of(p) == ScoreOps::kAll);
   });
   if (!instantiated) return plan;
   plan.grid = fwd_grid(p, pack, plan.shape.block_m);

@@ -34,6 +34,13 @@ struct TileConfig {
   static constexpr int kSmemQ = kBlockM * kPitch * 2;
   static constexpr int kSmemKV = kBlockN * kPitch * 2;
   static constexpr int kSmemBytes = kSmemQ + 2 * kStages * kSmemKV;
+  // The score-ops kernels (ScoreOps::kAll) stage a 16-bit bias after them:
+  // each warp its rows x the key tile, in 64-key panels of 128-byte rows
+  // (bias_tile.cuh). At most 32 KB (D <= 64: 128 x 128 keys), so the wide
+  // tiles keep 2 CTAs per SM in 228 KB (80 + 32 KB at D=64, 96 + 16 KB at
+  // D=128) and the narrow ones 3.
+  static constexpr int kSmemBias = kBlockM * ((kBlockN + 63) / 64) * 128;
+  static constexpr int kSmemBytesBias = kSmemBytes + kSmemBias;
 
   static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole m16 slices");
   static_assert(kBlockN % 16 == 0, "K/V tiles are whole k16 steps of P V");

@@ -93,7 +93,8 @@ struct SmemLayout {
   }
   // The work tile the producer hands the consumers with Q (-1: no more).
   __device__ volatile int64_t* tile_slot() const {
-    return reinterpret_cast<volatile int64_t*>(bars() + 2 + 4 * Cfg::kStages + 2 * Cfg::kMaxBiasStages * Cfg::kConsumers);
+    return reinterpret_cast<volatile int64_t*>(bars() + 2 + 4 * Cfg::kStages +
+                                               2 * Cfg::kMaxBiasStages * Cfg::kConsumers);
   }
   // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile (Q or O).
   __device__ static unsigned char* rows(unsigned char* tile, int cw, int panel) {
@@ -581,10 +582,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const uint32_t tile = static_cast<uint32_t>(__cvta_generic_to_shared(sm.bias(bst.stage, cw)));
       const int n0 = t * Cfg::kBlockN;
       const bool bcast = maps.bias_rows == 1;
-      const bool h = init ? ScoreMask<1, kNTiles>::template staged_bias_terms<true>(s, p, tw.w, tw.diag(p), 1.f / (p.scale * qk),
-                                                                         row0, n0, lane, tile, warp * 16, bcast)
-                          : ScoreMask<1, kNTiles>::template staged_bias_terms<false>(s, p, tw.w, tw.diag(p), 1.f, row0, n0,
-                                                                          lane, tile, warp * 16, bcast);
+      using Mask = ScoreMask<1, kNTiles>;
+      constexpr int kPanel = 64 * 128;  // a 64-key panel of the consumer's 64 rows
+      const bool h =
+          init ? Mask::template staged_bias_terms<true>(s, p, tw.w, tw.diag(p), 1.f / (p.scale * qk), row0, n0, lane,
+                                                        tile, kPanel, warp * 16, bcast)
+               : Mask::template staged_bias_terms<false>(s, p, tw.w, tw.diag(p), 1.f, row0, n0, lane, tile, kPanel,
+                                                         warp * 16, bcast);
       __syncwarp();
       if (lane == 0) mbar_arrive(sm.bias_empty(bst.stage, cw));
       bst.advance();
