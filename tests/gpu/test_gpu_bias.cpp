@@ -275,9 +275,10 @@ TEST_CASE("descales on cuda_sm90_ws (folded into the score factor, v_descale on 
 
 // cuda_sm90_ws stages a 16-bit bias through the copy engine when it can
 // address it (keys contiguous, base and strides 16-byte aligned; a bias
-// broadcast over queries as one shared row) and loads the elements from
-// global memory otherwise (an F32 bias, strides that are no multiple of 8
-// elements). Both paths, each bias pattern (broadcast heads and batches on
+// broadcast over queries as one shared row), cuda_sm80_tc per warp with
+// cp.async (the same alignment, without softcap), and both load the
+// elements from global memory otherwise (an F32 bias, strides that are no
+// multiple of 8 elements). Both paths, each bias pattern (broadcast heads and batches on
 // the map's extent-1 coordinates), every mask and softcap (the bias added
 // after the tanh), ALiBi on both sides of the diagonal and across it,
 // lengths off every tile, key splits, ragged and paged batches, and keys
@@ -319,6 +320,16 @@ TEST_CASE("bias staged by the copy engine and by global loads: strides, broadcas
     c.bias_dtype = b.dtype;
     c.mask_flags = kBR;
     c.softcap = b.dtype == F16 ? 0.f : 10.f;
+    c.hidden_nonfinite_v = true;
+    cases.push_back(c);
+  }
+  // Decode (the GQA group packed into one sm80 unit: each staged row its own head).
+  for (int64_t nq : {1, 3}) {
+    ServingCase c = make(nq == 1 ? F16 : BF16, 8, 2, 128, {nq, nq}, {1024, 1024});
+    c.mask_flags = kBR;
+    c.bias = nq == 1 ? BiasPattern::kFull : BiasPattern::kMask;
+    c.bias_dtype = nq == 1 ? F16 : BF16;
+    c.alibi = nq == 1 ? 0 : 2;
     c.hidden_nonfinite_v = true;
     cases.push_back(c);
   }
