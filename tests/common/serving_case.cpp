@@ -49,6 +49,7 @@ std::string ServingCase::name() const {
          (bias == BiasPattern::kFull ? "full" : bias == BiasPattern::kMask ? "mask" : "keypad") + "-" +
          dtype_label(bias_dtype);
   if (alibi) s += alibi == 1 ? " alibi[H]" : " alibi[B,H]";
+  if (hidden_nonfinite_v) s += " hidden-nonfinite-v";
   s += " H" + std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " D" + std::to_string(head_dim);
   s += " q" + std::string(q_layout == QLayout::kRagged ? "-ragged" : "-dense") + "[" + list(len_q) + "]";
   if (q_token_major) s += " NHD";
@@ -97,6 +98,7 @@ const char* ServingCase::invalid_reason() const {
   if (v_transposed && kv_layout != KvLayout::kDense) return "a transposed V needs dense K/V";
   if (kv_spare < 0 || q_tail < 0 || k_tail < 0 || spare_pages < 0 || table_slack < 0)
     return "spares, tails and slack must be >= 0";
+  if (hidden_nonfinite_v && bias == BiasPattern::kNone) return "hidden_nonfinite_v needs a bias to hide its keys";
   return nullptr;
 }
 
@@ -468,12 +470,14 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
         kb = table_[static_cast<size_t>(b * table_stride_ + j / c.page_size)];
         kj = j % c.page_size;
       }
+      const bool hidden = c.hidden_nonfinite_v && j % ServingCase::kHiddenKeyPeriod == ServingCase::kHiddenKeyPhase;
       for (int64_t h = 0; h < Hk; ++h)
         for (int64_t d = 0; d < D; ++d) {
           const int64_t at = kb * kv_strides_[0] + h * kv_strides_[1] + kj * kv_strides_[2] + d;
           const int64_t v_at = kb * v_strides_[0] + h * v_strides_[1] + kj * v_strides_[2] + d * v_strides_[3];
           store_element(k_.data(), kvt, at, normal_as(kvt));
-          store_element(v_.data(), kvt, v_at, normal_as(kvt));
+          const float x = normal_as(kvt);  // drawn either way: the case's other values stay the same
+          store_element(v_.data(), kvt, v_at, !hidden ? x : d % 2 ? nan : std::numeric_limits<float>::infinity());
         }
     }
   if (used)
@@ -565,6 +569,7 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
       } else {
         if ((j + row) % 3 == 2 || row == 1) x = ninf;  // sequence 1: every key padded
       }
+      if (c.hidden_nonfinite_v && j % ServingCase::kHiddenKeyPeriod == ServingCase::kHiddenKeyPhase) x = ninf;
       store_element(bias_.data(), bt, e, round_to_dtype(x, bt));
     }
     p.bias.data = bias_.data();

@@ -69,6 +69,12 @@ struct ServingCase {
   BiasPattern bias = BiasPattern::kNone;
   fmha_dtype bias_dtype = FMHA_DTYPE_F32;
   int alibi = 0;  // 0 none, 1 [Hq] slopes (stride 0), 2 [B, Hq] slopes (stride Hq + 1)
+  // With a bias: every key j with j % kHiddenKeyPeriod == kHiddenKeyPhase
+  // is -inf in every row of the bias (hidden from every query) and its V
+  // row holds NaN and inf. A kernel whose P V lets a hidden key's zero
+  // weight meet V (0 x NaN) poisons the rows.
+  bool hidden_nonfinite_v = false;
+  static constexpr int64_t kHiddenKeyPeriod = 37, kHiddenKeyPhase = 5;
 
   fmha_dtype k_type() const { return kv_dtype != 0 ? kv_dtype : dtype; }
   fmha_dtype o_type() const { return o_dtype != 0 ? o_dtype : dtype; }

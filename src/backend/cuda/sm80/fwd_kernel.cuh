@@ -50,6 +50,7 @@
 #include "backend/cuda/common/softmax.cuh"
 #include "backend/cuda/common/swizzle.cuh"
 #include "backend/cuda/common/tile_scheduler.h"
+#include "backend/cuda/sm80/bias_tile.cuh"
 #include "backend/cuda/sm80/ptx.cuh"
 #include "backend/cuda/sm80/tile_config.h"
 #include "core/key_tiles.h"
@@ -896,6 +897,19 @@ struct Epilogue {
 // publishes it (and votes NonFiniteV). No conversion pass, no barrier
 // besides the two a 16-bit tile has.
 // ---------------------------------------------------------------------------
+// The bias terms with the elements loaded from global memory (a bias the
+// warps cannot stage, or one added after softcap; ScoreMask::init_bias /
+// add_bias), kept out of line: inlined beside the staged path they cost
+// the score-ops kernels spills; a call costs this path s's trip through
+// local memory.
+template <class Cfg, class W>
+__device__ __noinline__ void bias_from_global(float (&s)[Cfg::kMSlices][Cfg::kNTiles][4], const FwdParams& p,
+                                              const W& w, int row0, int n0, int lane, bool init) {
+  using Mask = ScoreMask<Cfg::kMSlices, Cfg::kNTiles>;
+  if (init) Mask::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale, row0, n0, lane);
+  else Mask::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0, n0, lane);
+}
+
 // kMode: the operand layout this instantiation reads (launch.h: SeqMode).
 // Dense problems read no metadata; ragged and seqused_k problems resolve
 // their sequence; paged ones also gather K/V through the block table, in
@@ -999,8 +1013,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // (arriving) are live. Key j of tile n0's rows is entry div(j), slot
   // div(j) - div(n0).
   constexpr uint32_t kEnt = Cfg::kSmemBytes;  // byte offset in smem
-  static_assert(Cfg::kSmemBytes + Cfg::kPagedEntrySlots * KVLoader::kEntryBytes == Cfg::kSmemPagedBytes &&
-                    Cfg::kPagedEntrySlots == 3,
+  static_assert(kFp8Kv || (Cfg::kSmemBytes + Cfg::kPagedEntrySlots * KVLoader::kEntryBytes == Cfg::kSmemPagedBytes &&
+                            Cfg::kPagedEntrySlots == 3),
                 "the launch gives the paged kernels room for three entry slots");
   auto ent_slot = [&](int n0) {
     return kEnt + static_cast<uint32_t>((n0 / Cfg::kBlockN - w.t_begin) % 3) * KVLoader::kEntryBytes;
@@ -1053,6 +1067,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       KVLoader::prefetch_paged(k, v, staged_row(n0, p.k_stride[0], p.k_stride[2]),
                                staged_row(n0, p.v_stride[0], p.v_stride[2]), n0, w.len_k(p), tid);
   };
+  // The bias staged per warp (bias_tile.cuh; kAll kernels, a bias the
+  // copy can address, no softcap: its terms start Q K^T's accumulator):
+  // B[t+1] goes out once B[t] is read, at the top of tile t, so the groups
+  // run B[t], K[t], V[t], B[t+1], K[t+1], V[t+1], ...: "B[t] landed" is
+  // wait_group(2) at the top of t, "K[t]" wait_group(2) after B[t+1]'s
+  // commit and "V[t]" wait_group(3) (each one more than without). The
+  // prologue commits B[t_begin] first.
+  using Bias = BiasTile<Cfg>;
+  const bool staged = kAllOps && !kFp8Kv && p.softcap_out == 0.f && Bias::usable(p);  // CTA-uniform
+  const int row0 = w.m0 + warp * Cfg::kRowsPerWarp;  // the warp's first row
+  // After the staged block-table entries in a paged kernel (tile_config.h).
+  const uint32_t sBias = smem_u32(smem) + Cfg::bias_offset(kPaged && !kFp8Kv) + warp * Bias::kWarpBytes;
+  if (staged) {
+    if (w.t_begin < w.t_end) Bias::load(sBias, p, w, row0, w.t_begin * Cfg::kBlockN, lane);
+    cp_async_commit();
+  }
 
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next
   // (kFp8Kv: then K and V of the next kRawStages - 2 tiles).
@@ -1098,7 +1128,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   }
 
   const LaneAddr<Cfg> addr(warp, lane);
-  const int row0 = w.m0 + warp * Cfg::kRowsPerWarp;  // the warp's first row
   float o[Cfg::kMSlices][Cfg::kDTiles][4];
 #pragma unroll
   for (int ms = 0; ms < Cfg::kMSlices; ++ms)
@@ -1116,6 +1145,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const bool softcapped = kSoftcap || (kAllOps && p.softcap_out != 0.f);
   const bool biased = kAllOps && has_bias_or_alibi(p);
   const bool bias_init = biased && !softcapped;
+  using Mask = ScoreMask<Cfg::kMSlices, Cfg::kNTiles>;
+  // ALiBi's per-row constants (the slope folded with 1 / scale when the
+  // terms start Q K^T), computed at each use rather than held across the
+  // key loop (the wide tiles sit at 255 registers).
+  auto alibi_rows = [&] {
+    typename Mask::AlibiRows a{};
+    if (kAllOps && p.alibi_slopes != nullptr)
+      a = Mask::alibi_rows(p, w, w.diag_offset(p), bias_init ? 1.f / p.scale : 1.f, row0, lane);
+    return a;
+  };
 
   // Whether this warp owns a valid row (warp-uniform). An FP8 tile with
   // more warps than a decode unit has rows (Sm80Tuning::NarrowFp8Kv is one
@@ -1137,10 +1176,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       if (ahead < w.t_end) load_v(rawV + free_stage * kRawBytes, ahead * Cfg::kBlockN);
       cp_async_commit();
     } else {
-      if (bias_init)
-        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale,
-                                                          row0, t * Cfg::kBlockN, lane);
-      cp_async_wait<1>();  // K[t] landed (this thread's part) ...
+      if (staged) {
+        cp_async_wait<2>();  // B[t] landed (this lane's chunks) ...
+        __syncwarp();        // ... and the warp's
+        Mask::template staged_bias_terms<true>(s, p, alibi_rows(), w.diag_offset(p), 1.f / p.scale, row0,
+                                               t * Cfg::kBlockN, lane, sBias, Bias::kPanelBytes, 0, false);
+        __syncwarp();  // the warp has read B[t] before B[t+1] lands on it
+        if (t + 1 < w.t_end) Bias::load(sBias, p, w, row0, (t + 1) * Cfg::kBlockN, lane);
+        cp_async_commit();
+        cp_async_wait<2>();  // K[t] landed (V[t] and B[t+1] in flight) ...
+      } else {
+        if (bias_init && p.bias != nullptr)
+          bias_from_global<Cfg>(s, p, w, row0, t * Cfg::kBlockN, lane, true);
+        else if (bias_init)
+          Mask::template alibi_only<true>(s, alibi_rows(), p, w.diag_offset(p), 1.f / p.scale, row0,
+                                          t * Cfg::kBlockN, lane);
+        cp_async_wait<1>();  // K[t] landed (this thread's part) ...
+      }
       __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
       const int n_next = (t + 1) * Cfg::kBlockN;
       if (t + 1 < w.t_end) load_k(sK + next, n_next);
@@ -1191,9 +1243,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, kFp8Kv ? cap_in : p.softcap_in, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-      if (biased && softcapped)
-        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0,
-                                                         n0, lane);
+      if (biased && softcapped && p.bias != nullptr)
+        bias_from_global<Cfg>(s, p, w, row0, n0, lane, false);
+      else if (biased && softcapped)
+        Mask::template alibi_only<false>(s, alibi_rows(), p, w.diag_offset(p), 1.f, row0, n0, lane);
       if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
       sm.update(s, o, kFp8Kv ? score_log2 : p.score_log2);
     }
@@ -1207,7 +1260,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       v_bad = check && Fp8Tile::non_finite(smem + rawV + raw_stage * kRawBytes, tid, e4m3);
       guard = __syncthreads_or(v_bad) != 0;
     } else {
-      cp_async_wait<2>();  // V[t] landed (this thread's part)
+      if (staged)
+        cp_async_wait<3>();  // V[t] landed (this thread's part; B[t+1] may not have)
+      else
+        cp_async_wait<2>();  // V[t] landed (this thread's part)
       // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
       // and every tile under a bias tensor (its -inf entries hide keys from
       // some rows only).

@@ -17,7 +17,10 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
   const void* kernel = reinterpret_cast<const void*>(fwd_kernel<T, kFp8Kv, Cfg, kOps, kMode>);
   static SmemOptIn opt_in;          // one per instantiation, i.e. per kernel
   static KernelLauncher launcher;   // likewise
-  constexpr int kSmem = kMode == SeqMode::kPaged && !kFp8Kv ? Cfg::kSmemPagedBytes : Cfg::kSmemBytes;
+  // The paged entries and the score-ops kernels' bias buffers follow the
+  // K/V stages (tile_config.h).
+  constexpr bool kPagedEntries = kMode == SeqMode::kPaged && !kFp8Kv;
+  constexpr int kSmem = Cfg::smem_bytes(kPagedEntries, kOps == ScoreOps::kAll && !kFp8Kv);
   const fmha_status s = opt_in.ensure(kernel, kSmem, a.device, "cuda_sm80_tc forward");
   if (s != FMHA_SUCCESS) return s;
   void* args[] = {const_cast<FwdParams*>(&p)};

@@ -40,6 +40,17 @@ struct TileConfig {
   // next three key tiles past the K/V stages: one int32 per key and tile.
   static constexpr int kPagedEntrySlots = 3;
   static constexpr int kSmemPagedBytes = kSmemBytes + kPagedEntrySlots * kBlockN * 4;
+  // The 16-bit score-ops kernels (ScoreOps::kAll) stage a 16-bit bias after
+  // those (after the paged entries in a paged kernel): each warp its rows x
+  // the key tile, in 64-key panels of 128-byte rows (bias_tile.cuh). At most
+  // 32 KB (D <= 64: 128 x 128 keys), so the wide tiles keep 2 CTAs per SM in
+  // 228 KB (80 + 32 KB at D=64, 96 + 16 KB at D=128; a paged one at D=64
+  // needs 1.5 KB more and then runs 1) and the narrow ones 3.
+  static constexpr int kSmemBias = kBlockM * ((kBlockN + 63) / 64) * 128;
+  static constexpr int bias_offset(bool paged_entries) { return paged_entries ? kSmemPagedBytes : kSmemBytes; }
+  static constexpr int smem_bytes(bool paged_entries, bool bias) {
+    return bias_offset(paged_entries) + (bias ? kSmemBias : 0);
+  }
 
   static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole m16 slices");
   static_assert(kBlockN % 16 == 0, "K/V tiles are whole k16 steps of P V");
@@ -57,6 +68,11 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
   static constexpr int kRawStages = kRawStages_;
   static constexpr int kSmemRaw = kBlockN_ * kHeadDim_;  // bytes of one raw K or V stage
   static constexpr int kSmemBytes = Base::kSmemQ + 2 * kRawStages * kSmemRaw;
+  // No block-table entries (the FP8 gather reads the table itself) and no
+  // bias buffer (a bias over FP8 K/V is refused): the raw stages are all.
+  static constexpr int kSmemPagedBytes = kSmemBytes;
+  static constexpr int bias_offset(bool) { return kSmemBytes; }
+  static constexpr int smem_bytes(bool, bool) { return kSmemBytes; }
 
   static_assert(kRawStages >= 2, "a raw stage in flight while one is read");
   static_assert(kHeadDim_ % 32 == 0, "whole 32-byte (k32) blocks of an FP8 key row");

@@ -54,6 +54,7 @@ struct Fp8TileConfig {
   static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages) + 8;  // + the tile slot
   static constexpr int kSmemMax = 227 * 1024;
   static constexpr int kSmemBytes = 1024 + kQBytes + kStages * (kKVBytes + kVBytes) + kOBytes + kBarrierBytes;
+  static constexpr int kSmemBytesBias = kSmemBytes;  // no bias ring: FP8 inputs with a bias are refused
 
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;

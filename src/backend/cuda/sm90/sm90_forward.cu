@@ -116,7 +116,9 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   int block_m = 0;
   plan.ok = dispatch_config(p, [&](auto cfg) {
     using Cfg = decltype(cfg);
-    plan.smem = Cfg::kSmemBytes;
+    // The score-transform kernel adds its bias ring (tile_config.h; the FP8
+    // configs have none: kSmemBytesBias = kSmemBytes).
+    plan.smem = score_ops_of(p) == ScoreOps::kAll ? Cfg::kSmemBytesBias : Cfg::kSmemBytes;
     plan.block_n = Cfg::kBlockN;
     plan.persistent = Cfg::kPersistent;
     block_m = Cfg::kBlockM;
