@@ -249,17 +249,21 @@ TEST_CASE("bias and ALiBi on ragged and paged batches: local positions per seque
 TEST_CASE("descales on cuda_sm90_ws (folded into the score factor, v_descale on O), with and without a bias") {
   std::vector<ServingCase> cases;
   for (int64_t d : {64, 128, 256})
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < 6; ++variant) {
+      // 4 and 5: 0 and 2 with every other k descale negative (the scores'
+      // sign flips, the running max must stay a max), 5 with ALiBi too.
+      const int base = variant == 4 ? 0 : variant == 5 ? 2 : variant;
       ServingCase c = make(variant % 2 ? BF16 : F16, 4, 2, d, {200, 200}, {261, 261});
-      c.q_descale = variant != 1;
+      c.q_descale = base != 1;
       c.k_descale = true;
-      c.v_descale = variant != 2;
-      c.mask_flags = variant == 0 ? kBR : FMHA_MASK_NONE;
-      c.softcap = variant == 3 ? 15.f : 0.f;
-      if (variant >= 2) {
+      c.negative_k_descale = variant >= 4;
+      c.v_descale = base != 2;
+      c.mask_flags = base == 0 ? kBR : FMHA_MASK_NONE;
+      c.softcap = base == 3 ? 15.f : 0.f;
+      if (base >= 2) {
         c.bias = BiasPattern::kMask;
         c.bias_dtype = F16;
-        c.alibi = variant == 3 ? 2 : 0;
+        c.alibi = base == 3 || variant == 5 ? 2 : 0;
       }
       cases.push_back(c);
     }

@@ -585,7 +585,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const bool softcapped = kOps == ScoreOps::kSoftcap || (kAllOps && p.softcap_out != 0.f);
     const bool biased = kAllOps && has_bias_or_alibi(p);
     const bool bias_init = biased && !softcapped;
-    const float c = (!kAllOps || softcapped) ? p.score_log2 : p.score_log2 * qk;
+    // A negative q_descale * k_descale flips the scores' sign instead, so the
+    // running max stays a max (as in cuda_sm80_tc; softcap takes the signed
+    // factor in its input scale).
+    const bool negate = kAllOps && !softcapped && qk < 0.f;
+    const float c = (!kAllOps || softcapped) ? p.score_log2 : p.score_log2 * fabsf(qk);
     s_init = bias_init ? 1u : 0u;
     using Mask = ScoreMask<1, kNTiles>;
     // The score factor the terms are divided by when they start Q K^T.
@@ -630,6 +634,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // Scores of key tile t -> probabilities (in s) and the O rescale factor.
     auto score = [&](int t) {
       fence_operands(s_flat);
+      if (negate)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[0][nt][e] = -s[0][nt][e];
       if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       if (biased && softcapped) {
