@@ -249,9 +249,10 @@ int64_t partial_bytes(const Problem& p, const Plan& plan) {
 // recomputed here as the FP32 sum of the products of the values hi + lo
 // (exact for F16 and BF16 values, and the value itself for an inf or NaN),
 // as the FP32 path sums them. S and Q are rows of lds and DP elements, K
-// in VNNI form (cpu_amx.h) with lds columns.
+// in VNNI form (cpu_amx.h) with ldk columns.
 void amx_fix_scores(const uint16_t* q_hi, const uint16_t* q_lo, bool q_split, const uint16_t* k_hi,
-                    const uint16_t* k_lo, bool k_split, int64_t DP, int64_t lds, float* s, int64_t nr, int64_t bc) {
+                    const uint16_t* k_lo, bool k_split, int64_t ldk, int64_t DP, int64_t lds, float* s, int64_t nr,
+                    int64_t bc) {
   auto value = [](const uint16_t* hi, const uint16_t* lo, bool split, int64_t at) {
     return split ? bf16_to_float(hi[at]) + bf16_to_float(lo[at]) : bf16_to_float(hi[at]);
   };
@@ -261,7 +262,7 @@ void amx_fix_scores(const uint16_t* q_hi, const uint16_t* q_lo, bool q_split, co
       if (!std::isnan(*sr)) continue;
       float sum = 0.f;
       for (int64_t d = 0; d < DP; ++d)
-        sum += value(q_hi, q_lo, q_split, r * DP + d) * value(k_hi, k_lo, k_split, amx::vnni_at(d, j, lds));
+        sum += value(q_hi, q_lo, q_split, r * DP + d) * value(k_hi, k_lo, k_split, amx::vnni_at(d, j, ldk));
       *sr = sum;
     }
 }
@@ -273,8 +274,9 @@ void amx_fix_scores(const uint16_t* q_hi, const uint16_t* q_lo, bool q_split, co
 // slice of the workspace.
 struct ScratchLayout {
   int64_t rows, keys, dp;  // tile shape; dp = head_dim padded to kMicroCols
+  int64_t ls;              // amx path: leading dimension of S and P (keys + one more 32-key step)
   int64_t qt, k, v, s, o;  // float arrays
-  int64_t pp;              // amx path: P as BF16 hi and lo planes, rows x keys each
+  int64_t pp;              // amx path: P as BF16 hi and lo planes, rows x ls each
   int64_t stage;           // amx path: V rows (hi, lo: keys x dp each), one K row (hi, lo: dp each), BF16
   int64_t row;             // float[dp]: one converted row
   int64_t m, l, alpha, m_safe, tile_max, tile_sum;  // float[rows]
@@ -289,6 +291,9 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.rows = t.rows;
   s.keys = t.keys;
   s.dp = round_up(p.head_dim, kMicroCols);
+  // A packed tile (PackLayout) may start one key early (its base is even),
+  // which can take its keys one 32-key step past `keys`.
+  s.ls = s.keys + amx::kBlock;
   int64_t at = 0;
   auto take = [&at](int64_t bytes) {
     const int64_t off = at;
@@ -299,9 +304,9 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.qt = take(s.dp * s.rows * f);        // Q^T: head_dim x rows (or Q: rows x dp)
   s.k = take(s.keys * s.dp * f);         // K tile: keys x dp
   s.v = take(s.keys * s.dp * f);         // V tile: keys x dp
-  s.s = take(s.keys * s.rows * f);       // S, then P: keys x rows (rows x keys: dot and amx blocks)
+  s.s = take(s.ls * s.rows * f);         // S, then P: keys x rows (rows x keys: dot, rows x ls: amx blocks)
   s.o = take(s.rows * s.dp * f);         // o: rows x dp
-  s.pp = take(2 * s.rows * s.keys * static_cast<int64_t>(sizeof(uint16_t)));
+  s.pp = take(2 * s.rows * s.ls * static_cast<int64_t>(sizeof(uint16_t)));
   s.stage = take(2 * (s.keys + 1) * s.dp * static_cast<int64_t>(sizeof(uint16_t)));
   s.row = take(s.dp * f);
   s.m = take(s.rows * f);
@@ -316,6 +321,63 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.c1 = take(s.rows * sizeof(int32_t));
   s.bytes = at;
   return s;
+}
+
+// The amx path's K and V, packed once per (batch, kv head) before the query
+// blocks run (pack_kv), instead of once per query block and key tile: a
+// causal N = 2048 head with 128-row blocks restaged each key tile ~8 times,
+// and the staging (K's transpose into VNNI form, V's pair interleave, the
+// F16 hi/lo split) cost about as much as the tile products themselves.
+// Per group (batch b, kv head hk), `keys` = round_up(seq_k, 32) + 32 columns
+// (a tile's last 32-key step and an even base one key early stay inside),
+// zero past the sequence's keys and past head_dim:
+//   k_hi, k_lo  K^T in VNNI form, element (d, j) at amx::vnni_at(d, j, keys)
+//   v_hi, v_lo  V in VNNI form, element (j, x) at amx::vnni_at(j, x, dp)
+//   flags       one byte per key: bit 0 its K row, bit 1 its V row holds an
+//               inf or NaN (the hi planes: an F16 inf or NaN stays one)
+// The lo planes exist for F16 K/V only (planes = 2). Packing is on for the
+// amx path's blocks (query blocks of the padded product, q BF16 or F16, K/V
+// BF16, F16 or FP8) while the packs of all groups fit in kMaxPackBytes;
+// otherwise every block stages its tiles itself as before.
+constexpr int64_t kMaxPackBytes = int64_t{256} << 20;
+
+struct PackLayout {
+  int64_t keys;    // columns of K^T, rows of V (0: no packing)
+  int64_t planes;  // 1, or 2 with lo planes
+  int64_t k_hi, k_lo, v_hi, v_lo, flags;  // byte offsets in a group's pack
+  int64_t bytes;   // one group's pack, cache-line aligned
+};
+
+PackLayout pack_layout(const Problem& p, const Plan& plan) {
+  PackLayout k{};
+#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
+  const fmha_dtype kvt = p.kv_dtype;
+  const bool q_ok = p.dtype == FMHA_DTYPE_BF16 || p.dtype == FMHA_DTYPE_F16;
+  const bool kv_ok = kvt == FMHA_DTYPE_BF16 || kvt == FMHA_DTYPE_F16 || kvt == FMHA_DTYPE_F8E4M3 ||
+                     kvt == FMHA_DTYPE_F8E5M2;
+  if (active_isa() != CpuIsa::kAmx || plan.packed || !q_ok || !kv_ok) return k;
+  const int64_t dp = round_up(p.head_dim, kMicroCols);
+  const int64_t keys = round_up(p.seq_k, amx::kBlock) + amx::kBlock;
+  k.planes = kvt == FMHA_DTYPE_F16 ? 2 : 1;
+  int64_t at = 0;
+  auto take = [&at](int64_t bytes) {
+    const int64_t off = at;
+    at += round_up(bytes, kAlignBytes);
+    return off;
+  };
+  const int64_t plane = keys * dp * static_cast<int64_t>(sizeof(uint16_t));
+  k.k_hi = take(plane);
+  k.k_lo = k.planes == 2 ? take(plane) : k.k_hi;
+  k.v_hi = take(plane);
+  k.v_lo = k.planes == 2 ? take(plane) : k.v_hi;
+  k.flags = take(keys);
+  k.bytes = at;
+  if (k.bytes * p.batch * p.heads_kv > kMaxPackBytes) return PackLayout{};
+  k.keys = keys;
+#else
+  (void)p, (void)plan;
+#endif
+  return k;
 }
 
 template <typename T>
@@ -830,6 +892,114 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_dot_tile(const ui
 #endif
 #endif
 
+// ---- the amx path's softmax ------------------------------------------------------
+
+#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
+// (GCC 12's intrinsics pass undefined operands that -Wmaybe-uninitialized
+// reports once inlined, as for fold_zmm above.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// exp_nonpositive on 16 lanes: the same reduction (n = round(x log2 e), r =
+// x - n ln 2 in two steps, the degree-7 Taylor polynomial on |r| <= ln2/2),
+// with 2^n applied by vscalefps. Arguments below ln(2^-126) give 0, so a
+// masked score (-inf) weighs exactly 0; a NaN stays NaN (vmaxps and vminps
+// return their second operand when one is NaN).
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE __m512 exp_nonpositive_zmm(__m512 x) {
+  constexpr float kLn2Hi = 0.693145751953125f;
+  constexpr float kLn2Lo = 1.42860682030941723e-6f;
+  const __m512 min = _mm512_set1_ps(-87.33654475f);  // ln(2^-126)
+  const __m512 xc = _mm512_min_ps(_mm512_setzero_ps(), _mm512_max_ps(min, x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 poly = _mm512_set1_ps(1.f / 5040.f);
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f / 720.f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f / 120.f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f / 24.f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f / 6.f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(0.5f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f));
+  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f));
+  const __m512 e = _mm512_scalef_ps(poly, n);
+  return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, min, _CMP_LT_OQ), _mm512_setzero_ps());
+}
+
+// The softmax steps of one tile on the amx path (seed section 4, as
+// softmax_rows), AVX-512 throughout, for scores rows x keys (row r at s + r *
+// lds; key c of the tile is key `base` + c of the sequence): per row
+//   pass 1: s = scale * s, -inf outside the row's keys [lo, hi) and for
+//           columns [nk, kp), and the tile max m~;
+//           m' = max(m, m~), alpha = e^(m - m') (0 as the subtrahend while
+//           m' = -inf, as run_block);
+//   pass 2: P = e^(s - m') back into s (FP32, for the exact path), its sum
+//           into l = alpha l + sum P, and P as BF16 into the tiles' left
+//           operand: p_hi = bf16(P) (vcvtneps2bf16, round to nearest even)
+//           and, when p_lo is not null, p_lo = bf16(P - p_hi) (amx::split's
+//           planes; 0 for a NaN P), columns [0, kp), so the padding columns
+//           are 0;
+//   then o's row *= alpha (when o is not null and alpha != 1).
+// The mask is applied on every tile (two compares per 16 keys), so a tile
+// whose base is moved down to an even key (the packed V's pairs) masks the
+// extra key like any other. One pass over S instead of softmax_rows' four
+// scalar-vectorized ones plus the scale and P's packing.
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void amx_softmax_tile(
+    float* s, int64_t lds, int64_t nr, int64_t nk, int64_t kp, int64_t base, const int64_t* lo, const int64_t* hi,
+    float scale, float* m, float* l, float* alpha, uint16_t* p_hi, uint16_t* p_lo, float* o, int64_t dp) {
+  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 ninf = _mm512_set1_ps(-kInf);
+  for (int64_t r = 0; r < nr; ++r) {
+    float* sr = s + r * lds;
+    const __m512i c0 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(lo[r] - base, 0, nk)));
+    const __m512i c1 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(hi[r] - base, 0, nk)));
+    __m512 vmax = ninf;
+    for (int64_t j = 0; j < kp; j += 16) {
+      const __m512i idx = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(j)));
+      const __mmask16 in = _mm512_cmpge_epi32_mask(idx, c0) & _mm512_cmplt_epi32_mask(idx, c1);
+      const __m512 v = _mm512_mask_mul_ps(ninf, in, _mm512_loadu_ps(sr + j), vscale);
+      _mm512_storeu_ps(sr + j, v);
+      vmax = _mm512_max_ps(v, vmax);  // a NaN score never becomes the max (softmax_rows' rule)
+    }
+    const float tile_max = _mm512_reduce_max_ps(vmax);
+    const float mn = m[r] > tile_max ? m[r] : tile_max;
+    const float ms = mn == -kInf ? 0.f : mn;
+    alpha[r] = exp_nonpositive(m[r] - ms);
+    m[r] = mn;
+    const __m512 vms = _mm512_set1_ps(ms);
+    __m512 vsum = _mm512_setzero_ps();
+    uint16_t* ph = p_hi + r * lds;
+    uint16_t* pl = p_lo != nullptr ? p_lo + r * lds : nullptr;
+    for (int64_t j = 0; j < kp; j += 16) {
+      const __m512 e = exp_nonpositive_zmm(_mm512_sub_ps(_mm512_loadu_ps(sr + j), vms));
+      _mm512_storeu_ps(sr + j, e);
+      vsum = _mm512_add_ps(vsum, e);
+      const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ph + j), h);
+      if (pl != nullptr) {
+        const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        const __m512 rest = _mm512_maskz_sub_ps(_mm512_cmp_ps_mask(e, e, _CMP_ORD_Q), e, hf);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pl + j),
+                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(rest)));
+      }
+    }
+    l[r] = alpha[r] * l[r] + _mm512_reduce_add_ps(vsum);
+    // alpha = 1 (the row's max did not grow: most tiles once a row has
+    // seen a few) leaves o as it is.
+    if (o != nullptr && alpha[r] != 1.f) {
+      const __m512 va = _mm512_set1_ps(alpha[r]);
+      float* orow = o + r * dp;
+      for (int64_t x = 0; x < dp; x += 16) _mm512_storeu_ps(orow + x, _mm512_mul_ps(_mm512_loadu_ps(orow + x), va));
+    }
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 // ---- raw 16-bit scores, per path -------------------------------------------------
 
 // The x86 paths with vdpbf16ps: avx512bf16 and the two above it.
@@ -963,8 +1133,90 @@ struct Job {
   char* partials;     // packed with splits > 1: item i's (m, l, o) at i * partial_bytes
   int64_t partial_bytes;
   int64_t row_tiles;  // query blocks per (batch, head)
+  PackLayout pack;    // amx path: K/V packed per (batch, kv head); pack.keys == 0: none
+  char* packs;        // group b * heads_kv + hk's pack at that index * pack.bytes
   bool longest_last;  // the last query block has the most keys (e.g. causal)
 };
+
+#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
+// The amx path's pack of group (batch b, kv head hk) = `group`, b * heads_kv
+// + hk (PackLayout), in the scratch slice of `worker` (its row and staging
+// arrays): each key's K and V rows as BF16 (raw for BF16, hi and lo
+// planes for F16, one exact plane for FP8), K's into column j of K^T's
+// VNNI form, V's into half of VNNI row j / 2; the columns and rows past the
+// sequence's keys zero.
+template <CpuIsa kIsa>
+FMHA_CPU_INLINE void pack_kv(const Job& job, int64_t group, int worker) {
+  const Problem& p = *job.p;
+  const PackLayout& P = job.pack;
+  const ScratchLayout& L = job.layout;
+  const int64_t D = p.head_dim, DP = L.dp, NK = P.keys;
+  const fmha_dtype kvt = p.kv_dtype;
+  const bool split = P.planes == 2;
+  const Seq sq = sequence(p, group / p.heads_kv);
+  const int64_t hk = group % p.heads_kv;
+  const int64_t nk = std::min(sq.e.len_k, NK - amx::kBlock);
+  char* pack = job.packs + group * P.bytes;
+  uint16_t* k_hi = at_offset<uint16_t>(pack, P.k_hi);
+  uint16_t* k_lo = at_offset<uint16_t>(pack, P.k_lo);
+  uint16_t* v_hi = at_offset<uint16_t>(pack, P.v_hi);
+  uint16_t* v_lo = at_offset<uint16_t>(pack, P.v_lo);
+  uint8_t* flags = at_offset<uint8_t>(pack, P.flags);
+  char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
+  float* row = at_offset<float>(base, L.row);
+  uint16_t* kh = at_offset<uint16_t>(base, L.stage);  // one key's rows, DP each
+  uint16_t* kl = kh + DP;
+  uint16_t* vh = kl + DP;
+  uint16_t* vl = vh + DP;
+  for (int64_t x = D; x < DP; ++x) kh[x] = kl[x] = vh[x] = vl[x] = 0;
+  const Operand& k = p.k;
+  const Operand& v = p.v;
+  for (int64_t j = 0; j < nk; ++j) {
+    int64_t k_at, v_at;
+    sq.key_at(hk, j, &k_at, &v_at);
+    const char* ks = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
+    const char* vs = static_cast<const char*>(v.data) + v_at * dtype_size(kvt);
+    if (kvt == FMHA_DTYPE_BF16) {
+      const uint16_t* k16 = reinterpret_cast<const uint16_t*>(ks);
+      const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs);
+      for (int64_t d = 0; d < D; ++d) kh[d] = k16[d * k.stride[3]];
+      for (int64_t x = 0; x < D; ++x) vh[x] = v16[x * v.stride[3]];
+    } else {
+      load_row<kIsa>(ks, k.stride[3], D, kvt, row);
+      for (int64_t d = 0; d < D; ++d) amx::split(row[d], kh + d, kl + d);
+      load_row<kIsa>(vs, v.stride[3], D, kvt, row);
+      for (int64_t x = 0; x < D; ++x) amx::split(row[x], vh + x, vl + x);
+    }
+    uint32_t k_bad = 0, v_bad = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      k_bad |= (kh[d] & 0x7f80u) == 0x7f80u;
+      v_bad |= (vh[d] & 0x7f80u) == 0x7f80u;
+    }
+    flags[j] = static_cast<uint8_t>(k_bad | v_bad << 1);
+    for (int64_t pr = 0; pr < DP / 2; ++pr) std::memcpy(k_hi + 2 * (pr * NK + j), kh + 2 * pr, 2 * sizeof(uint16_t));
+    uint16_t* w = v_hi + (j >> 1) * 2 * DP + (j & 1);
+    for (int64_t x = 0; x < DP; ++x) w[2 * x] = vh[x];
+    if (split) {
+      for (int64_t pr = 0; pr < DP / 2; ++pr)
+        std::memcpy(k_lo + 2 * (pr * NK + j), kl + 2 * pr, 2 * sizeof(uint16_t));
+      uint16_t* wl = v_lo + (j >> 1) * 2 * DP + (j & 1);
+      for (int64_t x = 0; x < DP; ++x) wl[2 * x] = vl[x];
+    }
+  }
+  // Keys [nk, NK): zero columns of K^T, zero V rows (an odd nk's last
+  // pair half-filled).
+  std::memset(flags + nk, 0, NK - nk);
+  for (int plane = 0; plane < (split ? 2 : 1); ++plane) {
+    uint16_t* kt = plane == 0 ? k_hi : k_lo;
+    uint16_t* vt = plane == 0 ? v_hi : v_lo;
+    for (int64_t pr = 0; pr < DP / 2; ++pr) std::memset(kt + 2 * (pr * NK + nk), 0, (NK - nk) * 2 * sizeof(uint16_t));
+    if (nk & 1)
+      for (int64_t x = 0; x < DP; ++x) vt[(nk >> 1) * 2 * DP + 2 * x + 1] = 0;
+    const int64_t first = (nk + 1) / 2;
+    std::memset(vt + first * 2 * DP, 0, (NK / 2 - first) * 2 * DP * sizeof(uint16_t));
+  }
+}
+#endif
 
 // One work item, in the scratch slice of `worker`, with a kRows-row register
 // tile: query rows [i0, i0 + nr) of (batch b, query head h), or, packed, the
@@ -1096,7 +1348,18 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   uint16_t* v_hi = reinterpret_cast<uint16_t*>(vt);
   uint16_t* v_lo = v_hi + L.keys * DP;
   uint16_t* p_hi = at_offset<uint16_t>(base, L.pp);
-  uint16_t* p_lo = p_hi + BR * L.keys;
+  uint16_t* p_lo = p_hi + BR * L.ls;
+  const int64_t LS = L.ls;  // amx: S and P rows x LS
+  // amx: this group's K/V packs (PackLayout; forward packed them before the
+  // blocks ran), else the tiles are staged here per key tile.
+  const bool use_pack = amx && job.pack.keys > 0;
+  const int64_t NK = job.pack.keys;
+  const char* pack = use_pack ? job.packs + (b * p.heads_kv + hk) * job.pack.bytes : nullptr;
+  const uint16_t* pk_hi = use_pack ? at_offset<const uint16_t>(const_cast<char*>(pack), job.pack.k_hi) : nullptr;
+  const uint16_t* pk_lo = use_pack ? at_offset<const uint16_t>(const_cast<char*>(pack), job.pack.k_lo) : nullptr;
+  const uint16_t* pv_hi = use_pack ? at_offset<const uint16_t>(const_cast<char*>(pack), job.pack.v_hi) : nullptr;
+  const uint16_t* pv_lo = use_pack ? at_offset<const uint16_t>(const_cast<char*>(pack), job.pack.v_lo) : nullptr;
+  const uint8_t* pflags = use_pack ? at_offset<const uint8_t>(const_cast<char*>(pack), job.pack.flags) : nullptr;
   uint16_t* stage_v_hi = at_offset<uint16_t>(base, L.stage);
   uint16_t* stage_v_lo = stage_v_hi + L.keys * DP;
   uint16_t* stage_k_hi = stage_v_lo + L.keys * DP;
@@ -1152,8 +1415,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
       // P's padding rows stay zero (so o's stay zero): softmax_rows runs
       // over the block's rows only.
-      std::memset(p_hi + nr * L.keys, 0, (np - nr) * L.keys * sizeof(uint16_t));
-      std::memset(p_lo + nr * L.keys, 0, (np - nr) * L.keys * sizeof(uint16_t));
+      std::memset(p_hi + nr * LS, 0, (np - nr) * LS * sizeof(uint16_t));
+      std::memset(p_lo + nr * LS, 0, (np - nr) * LS * sizeof(uint16_t));
     } else if (raw_scores && kRawDtype == FMHA_DTYPE_F16) {
       // qh[d][row], unscaled; padding rows 0 (FMLAL's Q^T, cpu_fp16_neon.h).
       uint16_t* qh = reinterpret_cast<uint16_t*>(qt);
@@ -1239,6 +1502,13 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   for (int64_t t = tiles.t_begin; t < tiles.t_end; ++t) {
     const int64_t j0 = std::max(t * KT, block_lo);            // first key of this tile
     const int64_t bc = std::min((t + 1) * KT, block_hi) - j0;  // keys in this tile
+    // amx: the tile's first column is key a0 (with the packs, even: V's VNNI
+    // rows pair keys (2i, 2i + 1); an odd j0 is a block's first key, which
+    // every row's range excludes, so column 0 is masked), bcs columns of
+    // keys, kp with the padding to whole 32-key steps.
+    const int64_t a0 = use_pack ? j0 & ~int64_t{1} : j0;
+    const int64_t bcs = bc + (j0 - a0);
+    const int64_t kp = round_up(bcs, amx::kBlock);
 
     // Stream the tile in: one FP32 copy of K and of V rows j0..j0+bc, shared
     // by every row of the block.
@@ -1248,7 +1518,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const int64_t next_bc = t + 1 < tiles.t_end ? std::min((t + 2) * KT, block_hi) - (t + 1) * KT : 0;
     const bool prefetch = k.stride[3] == 1 && v.stride[3] == 1;
     [[maybe_unused]] uint32_t k_nonfinite = 0;  // amx: some K element of the tile is an inf or NaN
-    for (int64_t j = 0; j < bc; ++j) {
+    for (int64_t j = 0; j < (use_pack ? 0 : bc); ++j) {
       if (prefetch && j < next_bc) {
         const int64_t jn = (t + 1) * KT + j;
         int64_t k_at, v_at;
@@ -1324,8 +1594,14 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // and V (a stale NaN there would meet P's zero padding); V is checked
     // on its hi plane (an F16 inf or NaN stays one in BF16, and no finite
     // F16 value overflows BF16).
-    const int64_t kp = round_up(bc, amx::kBlock);
-    if (amx) {
+    if (use_pack) {
+      // Every key the tile products touch, padding included (P is 0 there,
+      // and 0 * inf would be NaN): columns [a0, a0 + kp).
+      uint32_t f = 0;
+      for (int64_t j = a0; j < a0 + kp; ++j) f |= pflags[j];
+      k_nonfinite = f & 1u;
+      v_nonfinite = f >> 1 & 1u;
+    } else if (amx) {
       for (int64_t j = bc; j < kp; ++j)
         for (int64_t x = 0; x < DP; ++x) k_hi[amx::vnni_at(x, j, L.keys)] = k_lo[amx::vnni_at(x, j, L.keys)] = 0;
       // V: staged rows (2 jp, 2 jp + 1) become VNNI row jp, interleaved
@@ -1361,19 +1637,33 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const bool edge = j0 < full_lo || j0 + bc > full_hi;
     if (amx) {
 #if FMHA_CPU_AMX
-      // S = Q . K_tile^T on tiles, rows [0, np) x keys [0, kp), the scale
-      // on the FP32 sums (as bf16_score_tile), then the softmax along the
-      // block's rows.
-      amx::Term terms[amx::kMaxTerms] = {{q_hi, k_hi}};
+      // S = Q . K_tile^T on tiles, rows [0, np) x columns [0, kp) (keys
+      // a0 + c), then the softmax along the block's rows with the scale on
+      // the FP32 sums (as bf16_score_tile). Softcap and the bias terms go in
+      // before it, on scaled logits, as softmax_rows has them.
+      const uint16_t* kh = use_pack ? pk_hi + 2 * a0 : k_hi;
+      const uint16_t* kl = use_pack ? pk_lo + 2 * a0 : k_lo;
+      const int64_t ldk = use_pack ? NK : L.keys;
+      amx::Term terms[amx::kMaxTerms] = {{q_hi, kh}};
       int nt = 1;
-      if (q_split) terms[nt++] = {q_lo, k_hi};
-      if (kv_split) terms[nt++] = {q_hi, k_lo};
-      amx::gemm_amx(terms, nt, DP, L.keys, s, L.keys, np, kp, DP, false);
+      if (q_split) terms[nt++] = {q_lo, kh};
+      if (kv_split) terms[nt++] = {q_hi, kl};
+      amx::gemm_amx(terms, nt, DP, ldk, s, LS, np, kp, DP, false);
       if (nt > 1 && (q_nonfinite | k_nonfinite))
-        amx_fix_scores(q_hi, q_lo, q_split, k_hi, k_lo, kv_split, DP, L.keys, s, nr, bc);
-      for (int64_t r = 0; r < nr; ++r)
-        for (int64_t j = 0; j < bc; ++j) s[r * L.keys + j] *= qk_scale;
-      softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
+        amx_fix_scores(q_hi, q_lo, q_split, kh, kl, kv_split, ldk, DP, LS, s, nr, bcs);
+      float scale = qk_scale;
+      if (softcap != 0.f || extra_ptr != nullptr) {
+        for (int64_t r = 0; r < nr; ++r) {
+          float* sr = s + r * LS;
+          for (int64_t j = 0; j < bcs; ++j) sr[j] *= qk_scale;
+          if (softcap != 0.f)
+            for (int64_t j = 0; j < bcs; ++j) sr[j] = softcap * tanh_softcap(sr[j] * inv_softcap);
+          if (extra_ptr != nullptr) extra.add(sr + (j0 - a0), 1, r, j0, bc);
+        }
+        scale = 1.f;
+      }
+      amx_softmax_tile(s, LS, nr, bcs, kp, a0, lo, hi, scale, m, l, alpha, p_hi, p_split ? p_lo : nullptr,
+                       v_nonfinite ? nullptr : o, DP);
 #endif
     } else if (dot) {
       // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
@@ -1453,36 +1743,21 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // added (seed section 6: the other order mixes two scales). P is keys x
     // rows (s_key = BR, s_row = 1) or, dot, rows x keys.
     const int64_t s_key = dot || amx ? 1 : BR;
-    const int64_t s_row = dot || amx ? L.keys : 1;
+    const int64_t s_row = dot ? L.keys : amx ? LS : 1;
     if (!v_nonfinite && amx) {
 #if FMHA_CPU_AMX
-      // P rows x keys (zero for keys [bc, kp)): hi and lo planes, or, when
-      // q or K/V is BF16, rounded to BF16 (one plane: bench_cpu H2 N512
-      // D128 causal BF16, rel-L2 1.6e-3 against 1.3e-3 with FP32 P, the
-      // BF16 tolerance 1e-2). Then o rescaled by alpha in memory, and o +=
-      // P . V_tile on tiles.
-      for (int64_t r = 0; r < nr; ++r) {
-        const float* sr = s + r * L.keys;
-        uint16_t* ph = p_hi + r * L.keys;
-        uint16_t* pl = p_lo + r * L.keys;
-        if (p_split) {
-          for (int64_t j = 0; j < bc; ++j) amx::split(sr[j], ph + j, pl + j);
-          for (int64_t j = bc; j < kp; ++j) ph[j] = pl[j] = 0;
-        } else {
-          for (int64_t j = 0; j < bc; ++j) ph[j] = float_to_bf16(sr[j]);
-          for (int64_t j = bc; j < kp; ++j) ph[j] = 0;
-        }
-        // alpha = 1 (the row's max did not grow: most tiles once a row
-        // has seen a few) leaves o as it is.
-        float* orow = o + r * DP;
-        if (alpha[r] != 1.f)
-          for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
-      }
-      amx::Term terms[amx::kMaxTerms] = {{p_hi, v_hi}};
+      // o += P . V_tile on tiles, P rows x columns [0, kp) as
+      // amx_softmax_tile left it (o already rescaled by alpha): hi and lo
+      // planes, or, when q or K/V is BF16, P rounded to BF16 (one plane:
+      // bench_cpu H2 N512 D128 causal BF16, rel-L2 1.6e-3 against 1.3e-3
+      // with FP32 P, the BF16 tolerance 1e-2).
+      const uint16_t* vh = use_pack ? pv_hi + a0 * DP : v_hi;
+      const uint16_t* vl = use_pack ? pv_lo + a0 * DP : v_lo;
+      amx::Term terms[amx::kMaxTerms] = {{p_hi, vh}};
       int nt = 1;
-      if (p_split) terms[nt++] = {p_lo, v_hi};
-      if (kv_split) terms[nt++] = {p_hi, v_lo};
-      amx::gemm_amx(terms, nt, L.keys, DP, o, DP, np, DP, kp, true);
+      if (p_split) terms[nt++] = {p_lo, vh};
+      if (kv_split) terms[nt++] = {p_hi, vl};
+      amx::gemm_amx(terms, nt, LS, DP, o, DP, np, DP, kp, true);
 #endif
     } else if (!v_nonfinite) {
       gemm_rows<kRows, true>(s, s_row, s_key, vt, DP, o, DP, nr, DP, bc, alpha);
@@ -1498,7 +1773,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         float* orow = o + r * DP;
         for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
         for (int64_t j = 0; j < bc; ++j) {
-          const float pj = s[j * s_key + r * s_row];
+          const float pj = s[(j + j0 - a0) * s_key + r * s_row];
           if (pj == 0.f) continue;
           const float* vj = vt + j * DP;
           for (int64_t x = 0; x < DP; ++x) orow[x] += pj * vj[x];
@@ -1623,6 +1898,12 @@ FMHA_CPU_TARGET_AMX void run_block_amx(const Job& job, int64_t item, int worker)
 }
 #endif
 
+#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
+FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t group, int worker) {
+  pack_kv<CpuIsa::kAmx>(job, group, worker);
+}
+#endif
+
 #if FMHA_CPU_ARM_VARIANTS
 void run_block_neon(const Job& job, int64_t item, int worker) { run_block<CpuIsa::kNeon>(job, item, worker); }
 
@@ -1663,15 +1944,21 @@ int64_t partials_bytes(const Problem& p) {
   return plan.splits > 1 ? plan.items * partial_bytes(p, plan) : 0;
 }
 
+// The amx path's K/V packs of every (batch, kv head), or 0 (PackLayout).
+int64_t packs_bytes(const Problem& p) {
+  const PackLayout k = pack_layout(p, make_plan(p));
+  return k.keys > 0 ? p.batch * p.heads_kv * k.bytes : 0;
+}
+
 }  // namespace
 
 size_t workspace_bytes(const Problem& p, const DeviceInfo& dev) {
   // One slice per worker that can take part. kAlignBytes of slack: the
   // caller guarantees only 16-byte alignment, and forward rounds the base
   // up so every slice starts on a cache line.
-  // The split partials follow the slices.
+  // The split partials follow the slices, then the amx path's K/V packs.
   return static_cast<size_t>(workers(p, dev.num_threads) * scratch_layout(p).bytes + partials_bytes(p) +
-                             kAlignBytes);
+                             packs_bytes(p) + kAlignBytes);
 }
 
 fmha_status forward(const Problem& p, const LaunchContext& ctx) {
@@ -1691,6 +1978,8 @@ fmha_status forward(const Problem& p, const LaunchContext& ctx) {
   job.plan = make_plan(p);
   job.partials = job.scratch + workers(p, threads) * job.layout.bytes;
   job.partial_bytes = partial_bytes(p, job.plan);
+  job.pack = pack_layout(p, job.plan);
+  job.packs = job.partials + partials_bytes(p);
   job.row_tiles = (p.seq_q + job.layout.rows - 1) / job.layout.rows;
   // Keys seen by the first and the last query block: start from the larger.
   auto block_keys = [&](int64_t t) {
@@ -1707,6 +1996,16 @@ fmha_status forward(const Problem& p, const LaunchContext& ctx) {
   // inline: forward allocates nothing.
   const Job* jp = &job;
   const BlockFn run = select_block_fn();
+#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
+  if (job.pack.keys > 0) {  // the amx path: K/V packed once per (batch, kv head) first
+    auto pack = [jp](int64_t group, int worker) { pack_kv_amx(*jp, group, worker); };
+    const int64_t groups = p.batch * p.heads_kv;
+    if (ctx.pool != nullptr)
+      ctx.pool->parallel_for(groups, pack);
+    else
+      for (int64_t g = 0; g < groups; ++g) pack(g, 0);
+  }
+#endif
   auto body = [jp, run](int64_t item, int worker) { run(*jp, item, worker); };
   if (ctx.pool != nullptr)
     ctx.pool->parallel_for(items, body);
