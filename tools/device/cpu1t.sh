@@ -56,6 +56,9 @@ fi
 STEP_PATTERN='ERROR:|\[doctest\] (test cases|assertions)|not available'
 STEP_LINES=10
 FMHA_CPU_ISA=amx step test_cpu_amx "$out/test_cpu_amx.log" "$bdir/tests/test_cpu" || status=1
+STEP_PATTERN='FAIL|ok$'
+step containment "$out/test_cpu_amx.log.c" sh "$root/tools/check_cpu_isa.sh" "$bdir/src/libfmha.so" || status=1
+cat "$out/test_cpu_amx.log.c" >>"$out/test_cpu_amx.log" && rm -f "$out/test_cpu_amx.log.c"
 STEP_PATTERN='invariant|FAIL|not available'
 for isa in amx avx512fp16; do
   FMHA_CPU_ISA=$isa step "corpus_$isa" "$out/corpus.log.$isa" "$bdir/tests/fuzz/fuzz_replay" \
