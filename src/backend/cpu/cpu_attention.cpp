@@ -142,11 +142,15 @@ constexpr int64_t kAlignBytes = 64;  // scratch arrays start on a cache line
 //   AVX2    (16 ymm): 3 x 32 = 12 registers, ~80 GFLOP/s (4 x 32 = 16
 //                     registers spills: ~57)
 // A 16-wide tile let GCC vectorize the wrong loop (10x slower), so the
-// width stays 32 and the row count follows the register file. The baseline
+// width stays 32 and the row count follows the register file. AVX-512 now
+// takes 8 x 32 = 16 accumulators: two FMA ports of 4-cycle latency (Sapphire
+// Rapids) need 8 independent sums in flight, which 4 x 32 only just had;
+// on the Zen 4 core, F32 prefill H8 N2048 D128 causal went from 54.4 to
+// 52.1 ms at one thread (a loaded machine: one measurement each). The baseline
 // and the neon paths use 3 (not measured on AArch64 hardware, only run under
 // qemu: 3 x 32 = 24 accumulators of its 32 128-bit registers).
 constexpr int64_t kMicroCols = 32;
-constexpr int64_t kRowsAvx512 = 4;
+constexpr int64_t kRowsAvx512 = 8;
 constexpr int64_t kRowsOther = 3;
 
 // Query rows per work item and keys per streamed tile, by head dim. More
@@ -160,6 +164,13 @@ struct TileShape {
   int64_t rows;
   int64_t keys;
 };
+
+// The amx path with packed K/V (PackLayout) streams tiles of kAmxTileKeys
+// keys whatever the head dim: it stages nothing per tile, and each tile
+// pays per row the horizontal max and sum, alpha and, in P . V, a load and
+// a store of o's accumulator tiles, which 128 keys amortize over twice the
+// keys of tile_shape's 64.
+constexpr int64_t kAmxTileKeys = 128;
 
 constexpr TileShape tile_shape(int64_t head_dim) {
   return head_dim <= 128 ? TileShape{128, 64} : head_dim <= 256 ? TileShape{64, 64} : TileShape{64, 32};
@@ -274,7 +285,7 @@ void amx_fix_scores(const uint16_t* q_hi, const uint16_t* q_lo, bool q_split, co
 // slice of the workspace.
 struct ScratchLayout {
   int64_t rows, keys, dp;  // tile shape; dp = head_dim padded to kMicroCols
-  int64_t ls;              // amx path: leading dimension of S and P (keys + one more 32-key step)
+  int64_t ls;              // amx path: leading dimension of S and P (max(keys, kAmxTileKeys) + 32)
   int64_t qt, k, v, s, o;  // float arrays
   int64_t pp;              // amx path: P as BF16 hi and lo planes, rows x ls each
   int64_t stage;           // amx path: V rows (hi, lo: keys x dp each), one K row (hi, lo: dp each), BF16
@@ -293,7 +304,7 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.dp = round_up(p.head_dim, kMicroCols);
   // A packed tile (PackLayout) may start one key early (its base is even),
   // which can take its keys one 32-key step past `keys`.
-  s.ls = s.keys + amx::kBlock;
+  s.ls = std::max(s.keys, kAmxTileKeys) + amx::kBlock;
   int64_t at = 0;
   auto take = [&at](int64_t bytes) {
     const int64_t off = at;
@@ -324,7 +335,7 @@ ScratchLayout scratch_layout(const Problem& p) {
 }
 
 // The amx path's K and V, packed once per (batch, kv head) before the query
-// blocks run (pack_kv), instead of once per query block and key tile: a
+// blocks run (pack_kv_amx), instead of once per query block and key tile: a
 // causal N = 2048 head with 128-row blocks restaged each key tile ~8 times,
 // and the staging (K's transpose into VNNI form, V's pair interleave, the
 // F16 hi/lo split) cost about as much as the tile products themselves.
@@ -927,40 +938,48 @@ FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE __m512 exp_nonpositive_zmm(__m512 x) 
   return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, min, _CMP_LT_OQ), _mm512_setzero_ps());
 }
 
+// Keys j .. j + 15 of a tile that a row sees: columns in [c0, c1) (all of
+// them when not `mask`). Vectors by reference (see load_lanes).
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE __mmask16 visible_keys(bool mask, const __m512i& iota, int64_t j,
+                                                                  const __m512i& c0, const __m512i& c1) {
+  if (!mask) return 0xffff;
+  const __m512i idx = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(j)));
+  return _mm512_cmpge_epi32_mask(idx, c0) & _mm512_cmplt_epi32_mask(idx, c1);
+}
+
 // The softmax steps of one tile on the amx path (seed section 4, as
 // softmax_rows), AVX-512 throughout, for scores rows x keys (row r at s + r *
 // lds; key c of the tile is key `base` + c of the sequence): per row
-//   pass 1: s = scale * s, -inf outside the row's keys [lo, hi) and for
-//           columns [nk, kp), and the tile max m~;
+//   pass 1: the tile max m~ of scale * s, with -inf outside the row's keys
+//           [lo, hi) and for columns [nk, kp) when `mask` (tiles across an
+//           edge of some row's range, or with padding columns: without it
+//           kp == nk and every row sees every key);
 //           m' = max(m, m~), alpha = e^(m - m') (0 as the subtrahend while
 //           m' = -inf, as run_block);
-//   pass 2: P = e^(s - m') back into s (FP32, for the exact path), its sum
-//           into l = alpha l + sum P, and P as BF16 into the tiles' left
-//           operand: p_hi = bf16(P) (vcvtneps2bf16, round to nearest even)
-//           and, when p_lo is not null, p_lo = bf16(P - p_hi) (amx::split's
-//           planes; 0 for a NaN P), columns [0, kp), so the padding columns
-//           are 0;
+//   pass 2: P = e^(scale * s - m') (one fused multiply-subtract), 0 where
+//           masked; its sum into l = alpha l + sum P; P as BF16 into the
+//           tiles' left operand: p_hi = bf16(P) (vcvtneps2bf16, round to
+//           nearest even) and, when p_lo is not null, p_lo = bf16(P - p_hi)
+//           (amx::split's planes; 0 for a NaN P), columns [0, kp), so the
+//           padding columns are 0; and, when keep_p, P back into s (FP32,
+//           for the exact path);
 //   then o's row *= alpha (when o is not null and alpha != 1).
-// The mask is applied on every tile (two compares per 16 keys), so a tile
-// whose base is moved down to an even key (the packed V's pairs) masks the
-// extra key like any other. One pass over S instead of softmax_rows' four
-// scalar-vectorized ones plus the scale and P's packing.
+// The row max and sum are the only horizontal steps (vreduce's fixed tree:
+// the result never depends on the thread).
 __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void amx_softmax_tile(
-    float* s, int64_t lds, int64_t nr, int64_t nk, int64_t kp, int64_t base, const int64_t* lo, const int64_t* hi,
-    float scale, float* m, float* l, float* alpha, uint16_t* p_hi, uint16_t* p_lo, float* o, int64_t dp) {
+    float* s, int64_t lds, int64_t nr, int64_t nk, int64_t kp, bool mask, int64_t base, const int64_t* lo,
+    const int64_t* hi, float scale, float* m, float* l, float* alpha, uint16_t* p_hi, uint16_t* p_lo, bool keep_p,
+    float* o, int64_t dp) {
   const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512 vscale = _mm512_set1_ps(scale);
   const __m512 ninf = _mm512_set1_ps(-kInf);
   for (int64_t r = 0; r < nr; ++r) {
-    float* sr = s + r * lds;
+    const float* sr = s + r * lds;
     const __m512i c0 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(lo[r] - base, 0, nk)));
     const __m512i c1 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(hi[r] - base, 0, nk)));
     __m512 vmax = ninf;
     for (int64_t j = 0; j < kp; j += 16) {
-      const __m512i idx = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(j)));
-      const __mmask16 in = _mm512_cmpge_epi32_mask(idx, c0) & _mm512_cmplt_epi32_mask(idx, c1);
-      const __m512 v = _mm512_mask_mul_ps(ninf, in, _mm512_loadu_ps(sr + j), vscale);
-      _mm512_storeu_ps(sr + j, v);
+      const __m512 v = _mm512_mask_mul_ps(ninf, visible_keys(mask, iota, j, c0, c1), _mm512_loadu_ps(sr + j), vscale);
       vmax = _mm512_max_ps(v, vmax);  // a NaN score never becomes the max (softmax_rows' rule)
     }
     const float tile_max = _mm512_reduce_max_ps(vmax);
@@ -973,8 +992,9 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void amx_softmax_tile(
     uint16_t* ph = p_hi + r * lds;
     uint16_t* pl = p_lo != nullptr ? p_lo + r * lds : nullptr;
     for (int64_t j = 0; j < kp; j += 16) {
-      const __m512 e = exp_nonpositive_zmm(_mm512_sub_ps(_mm512_loadu_ps(sr + j), vms));
-      _mm512_storeu_ps(sr + j, e);
+      const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(sr + j), vscale, vms);
+      const __m512 e = _mm512_maskz_mov_ps(visible_keys(mask, iota, j, c0, c1), exp_nonpositive_zmm(x));
+      if (keep_p) _mm512_storeu_ps(s + r * lds + j, e);
       vsum = _mm512_add_ps(vsum, e);
       const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(ph + j), h);
@@ -1144,9 +1164,14 @@ struct Job {
 // arrays): each key's K and V rows as BF16 (raw for BF16, hi and lo
 // planes for F16, one exact plane for FP8), K's into column j of K^T's
 // VNNI form, V's into half of VNNI row j / 2; the columns and rows past the
-// sequence's keys zero.
-template <CpuIsa kIsa>
-FMHA_CPU_INLINE void pack_kv(const Job& job, int64_t group, int worker) {
+// sequence's keys zero. V's pairs go in as 32-bit words: an even key's
+// row zero-extended, an odd key's shifted into the high halves and or-ed in.
+#if defined(__GNUC__) && !defined(__clang__)  // GCC 12's intrinsics, as for fold_zmm
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t group, int worker) {
+  constexpr CpuIsa kIsa = CpuIsa::kAmx;
   const Problem& p = *job.p;
   const PackLayout& P = job.pack;
   const ScratchLayout& L = job.layout;
@@ -1194,13 +1219,20 @@ FMHA_CPU_INLINE void pack_kv(const Job& job, int64_t group, int worker) {
     }
     flags[j] = static_cast<uint8_t>(k_bad | v_bad << 1);
     for (int64_t pr = 0; pr < DP / 2; ++pr) std::memcpy(k_hi + 2 * (pr * NK + j), kh + 2 * pr, 2 * sizeof(uint16_t));
-    uint16_t* w = v_hi + (j >> 1) * 2 * DP + (j & 1);
-    for (int64_t x = 0; x < DP; ++x) w[2 * x] = vh[x];
-    if (split) {
+    if (split)
       for (int64_t pr = 0; pr < DP / 2; ++pr)
         std::memcpy(k_lo + 2 * (pr * NK + j), kl + 2 * pr, 2 * sizeof(uint16_t));
-      uint16_t* wl = v_lo + (j >> 1) * 2 * DP + (j & 1);
-      for (int64_t x = 0; x < DP; ++x) wl[2 * x] = vl[x];
+    for (int plane = 0; plane < (split ? 2 : 1); ++plane) {
+      const uint16_t* src = plane == 0 ? vh : vl;
+      uint16_t* w = (plane == 0 ? v_hi : v_lo) + (j >> 1) * 2 * DP;  // VNNI row j / 2: DP words
+      for (int64_t x = 0; x < DP; x += 16) {
+        const __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + x)));
+        __m512i* at = reinterpret_cast<__m512i*>(w + 2 * x);
+        if (j & 1)
+          _mm512_storeu_si512(at, _mm512_or_si512(_mm512_loadu_si512(at), _mm512_slli_epi32(words, 16)));
+        else
+          _mm512_storeu_si512(at, words);
+      }
     }
   }
   // Keys [nk, NK): zero columns of K^T, zero V rows (an odd nk's last
@@ -1216,6 +1248,9 @@ FMHA_CPU_INLINE void pack_kv(const Job& job, int64_t group, int worker) {
     std::memset(vt + first * 2 * DP, 0, (NK / 2 - first) * 2 * DP * sizeof(uint16_t));
   }
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 // One work item, in the scratch slice of `worker`, with a kRows-row register
@@ -1279,7 +1314,6 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // Scores as dot products (few packed rows: Q row-major in qt, S rows x
   // keys) or as the padded product (Q^T in qt, S keys x rows).
   const bool dot = packed && nr <= kDotRows;
-  const int64_t KT = dot ? kDotTileKeys : L.keys;  // keys per streamed tile
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
   // Scores from raw 16-bit Q and K: BF16 with vdpbf16ps on the avx512bf16
   // path and the x86 paths above it (see bf16_score_tile; on the amx path
@@ -1353,6 +1387,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // amx: this group's K/V packs (PackLayout; forward packed them before the
   // blocks ran), else the tiles are staged here per key tile.
   const bool use_pack = amx && job.pack.keys > 0;
+  // Keys per streamed tile.
+  const int64_t KT = dot ? kDotTileKeys : use_pack ? kAmxTileKeys : L.keys;
   const int64_t NK = job.pack.keys;
   const char* pack = use_pack ? job.packs + (b * p.heads_kv + hk) * job.pack.bytes : nullptr;
   const uint16_t* pk_hi = use_pack ? at_offset<const uint16_t>(const_cast<char*>(pack), job.pack.k_hi) : nullptr;
@@ -1662,8 +1698,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         }
         scale = 1.f;
       }
-      amx_softmax_tile(s, LS, nr, bcs, kp, a0, lo, hi, scale, m, l, alpha, p_hi, p_split ? p_lo : nullptr,
-                       v_nonfinite ? nullptr : o, DP);
+      amx_softmax_tile(s, LS, nr, bcs, kp, edge || a0 != j0 || bcs != kp, a0, lo, hi, scale, m, l, alpha, p_hi,
+                       p_split ? p_lo : nullptr, v_nonfinite != 0, v_nonfinite ? nullptr : o, DP);
 #endif
     } else if (dot) {
       // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
@@ -1895,12 +1931,6 @@ FMHA_CPU_TARGET_AVX512FP16 void run_block_avx512fp16(const Job& job, int64_t ite
 
 FMHA_CPU_TARGET_AMX void run_block_amx(const Job& job, int64_t item, int worker) {
   run_block<CpuIsa::kAmx>(job, item, worker);
-}
-#endif
-
-#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
-FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t group, int worker) {
-  pack_kv<CpuIsa::kAmx>(job, group, worker);
 }
 #endif
 
