@@ -1156,6 +1156,7 @@ struct Job {
   PackLayout pack;    // amx path: K/V packed per (batch, kv head); pack.keys == 0: none
   char* packs;        // group b * heads_kv + hk's pack at that index * pack.bytes
   bool longest_last;  // the last query block has the most keys (e.g. causal)
+  bool head_major;    // one thread: item i is block i % row_tiles of (batch, head) i / row_tiles
 };
 
 #if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
@@ -1272,7 +1273,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // be the block with the most keys. Blocks are ordered by row position
   // first (all heads of the longest block, then the next), which for causal
   // masks starts the longest rows first and leaves the short ones to fill
-  // the gaps at the end.
+  // the gaps at the end. One thread goes head by head instead
+  // (job.head_major).
   //
   // Row r of the block is query i_of(r) of query head h_of(r); unpacked,
   // that is query i0 + r of head h; packed, query r % Nq of the group's
@@ -1290,8 +1292,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     nr = plan.rows;
   } else {
     const int64_t heads = p.batch * p.heads_q;
-    const int64_t rank = item / heads;
-    const int64_t bh = item % heads;
+    const int64_t rank = job.head_major ? item % job.row_tiles : item / heads;
+    const int64_t bh = job.head_major ? item / job.row_tiles : item % heads;
     const int64_t tile = job.longest_last ? job.row_tiles - 1 - rank : rank;
     b = bh / p.heads_q;
     h = bh % p.heads_q;
@@ -2020,6 +2022,12 @@ fmha_status forward(const Problem& p, const LaunchContext& ctx) {
     return std::max<int64_t>(z.hi - a.lo, 0);
   };
   job.longest_last = block_keys(job.row_tiles - 1) > block_keys(0);
+  // One thread has no one to balance against: it takes the blocks head by
+  // head, so the amx path's packs of a kv head (1 MiB of BF16 K/V at N =
+  // 2048, D = 128) stay in its L2 over that head's blocks instead of
+  // coming from L3 for every block. The order changes no result (each
+  // block's work is its own).
+  job.head_major = threads == 1;
 
   const int64_t items = job.plan.items;
   // The lambdas capture two pointers at most, so std::function stores them
