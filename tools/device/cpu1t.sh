@@ -25,7 +25,7 @@ summary="$out/summary.txt"
 : >"$summary"
 # shellcheck source=tools/device/steps.sh
 . "$root/tools/device/steps.sh"
-bdir=$root/build-cpu1t
+bdir=${CPU1T_BUILD_DIR:-$root/build-cpu1t}
 before_ref=${CPU1T_BEFORE:-4212aab}
 before_src=$root/build-cpu1t-before-src
 bbdir=$root/build-cpu1t-before
@@ -55,13 +55,13 @@ fi
 
 STEP_PATTERN='ERROR:|\[doctest\] (test cases|assertions)|not available'
 STEP_LINES=10
-FMHA_CPU_ISA=amx step test_cpu_amx "$out/test_cpu_amx.log" "$bdir/tests/test_cpu" || status=1
+step test_cpu_amx "$out/test_cpu_amx.log" env FMHA_CPU_ISA=amx "$bdir/tests/test_cpu" || status=1
 STEP_PATTERN='FAIL|ok$'
 step containment "$out/test_cpu_amx.log.c" sh "$root/tools/check_cpu_isa.sh" "$bdir/src/libfmha.so" || status=1
 cat "$out/test_cpu_amx.log.c" >>"$out/test_cpu_amx.log" && rm -f "$out/test_cpu_amx.log.c"
 STEP_PATTERN='invariant|FAIL|not available'
 for isa in amx avx512fp16; do
-  FMHA_CPU_ISA=$isa step "corpus_$isa" "$out/corpus.log.$isa" "$bdir/tests/fuzz/fuzz_replay" \
+  step "corpus_$isa" "$out/corpus.log.$isa" env FMHA_CPU_ISA=$isa "$bdir/tests/fuzz/fuzz_replay" \
     "$root/tests/fuzz/corpus" || status=1
 done
 cat "$out/corpus.log.avx512fp16" >>"$out/corpus.log.amx" && rm -f "$out/corpus.log.avx512fp16"
