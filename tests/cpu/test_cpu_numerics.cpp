@@ -134,7 +134,8 @@ TEST_CASE("cpu_tiled: left windows that start query blocks at an odd key") {
   // block whose first visible key is odd starts its tiles one key early
   // and masks that key. Left windows 37 and 101 put the first key of the
   // second and third 128-row blocks at odd keys; F16 and BF16 (the amx
-  // path's dtypes), head_dim 128 and 64, causal and not.
+  // path's dtypes), head_dim 128 and 64, causal and not; 700 keys span
+  // two of the packing's 512-key chunks.
   std::vector<ft::AttentionCase> cases;
   for (fmha_dtype t : {FMHA_DTYPE_BF16, FMHA_DTYPE_F16})
     for (int32_t left : {37, 101}) {
@@ -142,7 +143,7 @@ TEST_CASE("cpu_tiled: left windows that start query blocks at an odd key") {
       c.dtype = t;
       c.heads_q = 2;
       c.heads_kv = 1;
-      c.seq_q = c.seq_k = 300;
+      c.seq_q = c.seq_k = 700;
       c.head_dim = left == 37 ? 128 : 64;
       c.mask_flags = left == 37 ? FMHA_MASK_CAUSAL : FMHA_MASK_NONE;
       c.window_left = left;

@@ -351,10 +351,15 @@ ScratchLayout scratch_layout(const Problem& p) {
 // BF16, F16 or FP8) while the packs of all groups fit in kMaxPackBytes;
 // otherwise every block stages its tiles itself as before.
 constexpr int64_t kMaxPackBytes = int64_t{256} << 20;
+// Packing runs over (group, chunk of kPackChunkKeys keys), so 16 threads
+// have work with 8 kv heads at N = 2048 (even: V's pairs stay in a chunk).
+constexpr int64_t kPackChunkKeys = 512;
+static_assert(kPackChunkKeys % 2 == 0, "a chunk holds whole key pairs");
 
 struct PackLayout {
   int64_t keys;    // columns of K^T, rows of V (0: no packing)
   int64_t planes;  // 1, or 2 with lo planes
+  int64_t chunks;  // pack work items per group: keys cut into kPackChunkKeys
   int64_t k_hi, k_lo, v_hi, v_lo, flags;  // byte offsets in a group's pack
   int64_t bytes;   // one group's pack, cache-line aligned
 };
@@ -385,6 +390,7 @@ PackLayout pack_layout(const Problem& p, const Plan& plan) {
   k.bytes = at;
   if (k.bytes * p.batch * p.heads_kv > kMaxPackBytes) return PackLayout{};
   k.keys = keys;
+  k.chunks = (keys + kPackChunkKeys - 1) / kPackChunkKeys;
 #else
   (void)p, (void)plan;
 #endif
@@ -1171,17 +1177,20 @@ struct Job {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t group, int worker) {
+FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t item, int worker) {
   constexpr CpuIsa kIsa = CpuIsa::kAmx;
   const Problem& p = *job.p;
   const PackLayout& P = job.pack;
   const ScratchLayout& L = job.layout;
   const int64_t D = p.head_dim, DP = L.dp, NK = P.keys;
+  const int64_t group = item / P.chunks;
+  const int64_t c0 = item % P.chunks * kPackChunkKeys;    // this item's keys [c0, c1)
+  const int64_t c1 = std::min(c0 + kPackChunkKeys, NK);
   const fmha_dtype kvt = p.kv_dtype;
   const bool split = P.planes == 2;
   const Seq sq = sequence(p, group / p.heads_kv);
   const int64_t hk = group % p.heads_kv;
-  const int64_t nk = std::min(sq.e.len_k, NK - amx::kBlock);
+  const int64_t nk = std::clamp<int64_t>(std::min(sq.e.len_k, NK - amx::kBlock), c0, c1);  // keys to pack: [c0, nk)
   char* pack = job.packs + group * P.bytes;
   uint16_t* k_hi = at_offset<uint16_t>(pack, P.k_hi);
   uint16_t* k_lo = at_offset<uint16_t>(pack, P.k_lo);
@@ -1197,7 +1206,7 @@ FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t group, int worker) 
   for (int64_t x = D; x < DP; ++x) kh[x] = kl[x] = vh[x] = vl[x] = 0;
   const Operand& k = p.k;
   const Operand& v = p.v;
-  for (int64_t j = 0; j < nk; ++j) {
+  for (int64_t j = c0; j < nk; ++j) {
     int64_t k_at, v_at;
     sq.key_at(hk, j, &k_at, &v_at);
     const char* ks = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
@@ -1236,17 +1245,16 @@ FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t group, int worker) 
       }
     }
   }
-  // Keys [nk, NK): zero columns of K^T, zero V rows (an odd nk's last
-  // pair half-filled).
-  std::memset(flags + nk, 0, NK - nk);
+  // Keys [nk, c1), past the sequence's: zero columns of K^T, zero V rows
+  // (an odd nk's last pair has its high halves zero from the even key's
+  // write).
+  std::memset(flags + nk, 0, c1 - nk);
   for (int plane = 0; plane < (split ? 2 : 1); ++plane) {
     uint16_t* kt = plane == 0 ? k_hi : k_lo;
     uint16_t* vt = plane == 0 ? v_hi : v_lo;
-    for (int64_t pr = 0; pr < DP / 2; ++pr) std::memset(kt + 2 * (pr * NK + nk), 0, (NK - nk) * 2 * sizeof(uint16_t));
-    if (nk & 1)
-      for (int64_t x = 0; x < DP; ++x) vt[(nk >> 1) * 2 * DP + 2 * x + 1] = 0;
+    for (int64_t pr = 0; pr < DP / 2; ++pr) std::memset(kt + 2 * (pr * NK + nk), 0, (c1 - nk) * 2 * sizeof(uint16_t));
     const int64_t first = (nk + 1) / 2;
-    std::memset(vt + first * 2 * DP, 0, (NK / 2 - first) * 2 * DP * sizeof(uint16_t));
+    std::memset(vt + first * 2 * DP, 0, (c1 / 2 - first) * 2 * DP * sizeof(uint16_t));
   }
 }
 #if defined(__GNUC__) && !defined(__clang__)
@@ -1984,10 +1992,13 @@ BlockFn select_block_fn() {
 }
 
 // Threads that take part: no more than there are work items of the first
-// pass (ThreadPool::parallel_for numbers its workers below that count; the
-// merge pass needs no scratch).
+// pass or of the amx path's packing (ThreadPool::parallel_for numbers its
+// workers below that count; the merge pass needs no scratch).
 int64_t workers(const Problem& p, int num_threads) {
-  return std::min<int64_t>(std::max(num_threads, 1), make_plan(p).items);
+  const Plan plan = make_plan(p);
+  const PackLayout pack = pack_layout(p, plan);
+  const int64_t pack_items = pack.keys > 0 ? p.batch * p.heads_kv * pack.chunks : 0;  // the amx packing pass
+  return std::min<int64_t>(std::max(num_threads, 1), std::max(plan.items, pack_items));
 }
 
 // The split partials: one slot per work item when a packed block is split.
@@ -2056,12 +2067,12 @@ fmha_status forward(const Problem& p, const LaunchContext& ctx) {
   const BlockFn run = select_block_fn();
 #if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
   if (job.pack.keys > 0) {  // the amx path: K/V packed once per (batch, kv head) first
-    auto pack = [jp](int64_t group, int worker) { pack_kv_amx(*jp, group, worker); };
-    const int64_t groups = p.batch * p.heads_kv;
+    auto pack = [jp](int64_t item, int worker) { pack_kv_amx(*jp, item, worker); };
+    const int64_t pack_items = p.batch * p.heads_kv * job.pack.chunks;
     if (ctx.pool != nullptr)
-      ctx.pool->parallel_for(groups, pack);
+      ctx.pool->parallel_for(pack_items, pack);
     else
-      for (int64_t g = 0; g < groups; ++g) pack(g, 0);
+      for (int64_t i = 0; i < pack_items; ++i) pack(i, 0);
   }
 #endif
   auto body = [jp, run](int64_t item, int worker) { run(*jp, item, worker); };
