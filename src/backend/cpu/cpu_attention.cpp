@@ -1177,6 +1177,38 @@ struct Job {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
+// A 16 x 16 transpose of 32-bit words: dst[q * ldd + i] = src[i * lds + q]
+// (unpack 32-bit, unpack 64-bit, then two 128-bit lane shuffles). Here row
+// i of src is a key's K row as BF16 pairs and row q of dst one pair's row
+// of K^T in VNNI form.
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE void transpose_words16(const uint32_t* src, int64_t lds, uint32_t* dst,
+                                                                  int64_t ldd) {
+  __m512i r[16], a[16], b[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * lds);
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // b[4i + k], 128-bit lane L: word 4L + k of rows 4i .. 4i + 3.
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  // Word 4L + k of all 16 rows: lane L of b[k], b[4 + k], b[8 + k], b[12 + k].
+  for (int k = 0; k < 4; ++k) {
+    const __m512i x0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x44);  // lanes 0, 1 of each
+    const __m512i x1 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0xee);  // lanes 2, 3
+    const __m512i x2 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x44);
+    const __m512i x3 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0xee);
+    _mm512_storeu_si512(dst + k * ldd, _mm512_shuffle_i32x4(x0, x2, 0x88));
+    _mm512_storeu_si512(dst + (4 + k) * ldd, _mm512_shuffle_i32x4(x0, x2, 0xdd));
+    _mm512_storeu_si512(dst + (8 + k) * ldd, _mm512_shuffle_i32x4(x1, x3, 0x88));
+    _mm512_storeu_si512(dst + (12 + k) * ldd, _mm512_shuffle_i32x4(x1, x3, 0xdd));
+  }
+}
+
 FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t item, int worker) {
   constexpr CpuIsa kIsa = CpuIsa::kAmx;
   const Problem& p = *job.p;
@@ -1199,14 +1231,26 @@ FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t item, int worker) {
   uint8_t* flags = at_offset<uint8_t>(pack, P.flags);
   char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
   float* row = at_offset<float>(base, L.row);
-  uint16_t* kh = at_offset<uint16_t>(base, L.stage);  // one key's rows, DP each
-  uint16_t* kl = kh + DP;
-  uint16_t* vh = kl + DP;
+  // One key's V rows, then 16 keys' K rows (hi, then lo), DP each: K goes
+  // into K^T 16 keys at a time (transpose_words16; c0 and c1 are multiples
+  // of 16).
+  uint16_t* vh = at_offset<uint16_t>(base, L.stage);
   uint16_t* vl = vh + DP;
-  for (int64_t x = D; x < DP; ++x) kh[x] = kl[x] = vh[x] = vl[x] = 0;
+  uint16_t* g_hi = vl + DP;
+  uint16_t* g_lo = g_hi + 16 * DP;
+  static_assert(kPackChunkKeys % 16 == 0 && amx::kBlock % 16 == 0, "packing goes 16 keys at a time");
+  for (int64_t x = D; x < DP; ++x) vh[x] = vl[x] = 0;
   const Operand& k = p.k;
   const Operand& v = p.v;
   for (int64_t j = c0; j < nk; ++j) {
+    uint16_t* kh = g_hi + (j % 16) * DP;
+    uint16_t* kl = g_lo + (j % 16) * DP;
+    if (j % 16 == 0)  // a new group: zero padding, and whole rows for keys past nk
+      for (int64_t i = 0; i < 16; ++i) {
+        const int64_t from = j + i < nk ? D : 0;
+        std::memset(g_hi + i * DP + from, 0, (DP - from) * sizeof(uint16_t));
+        std::memset(g_lo + i * DP + from, 0, (DP - from) * sizeof(uint16_t));
+      }
     int64_t k_at, v_at;
     sq.key_at(hk, j, &k_at, &v_at);
     const char* ks = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
@@ -1228,10 +1272,13 @@ FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t item, int worker) {
       v_bad |= (vh[d] & 0x7f80u) == 0x7f80u;
     }
     flags[j] = static_cast<uint8_t>(k_bad | v_bad << 1);
-    for (int64_t pr = 0; pr < DP / 2; ++pr) std::memcpy(k_hi + 2 * (pr * NK + j), kh + 2 * pr, 2 * sizeof(uint16_t));
-    if (split)
-      for (int64_t pr = 0; pr < DP / 2; ++pr)
-        std::memcpy(k_lo + 2 * (pr * NK + j), kl + 2 * pr, 2 * sizeof(uint16_t));
+    if (j % 16 == 15 || j == nk - 1) {  // the group's K rows into K^T columns j - j % 16 ..
+      const int64_t g0 = j - j % 16;
+      for (int plane = 0; plane < (split ? 2 : 1); ++plane)
+        for (int64_t pr = 0; pr < DP / 2; pr += 16)
+          transpose_words16(reinterpret_cast<const uint32_t*>(plane == 0 ? g_hi : g_lo) + pr, DP / 2,
+                            reinterpret_cast<uint32_t*>(plane == 0 ? k_hi : k_lo) + pr * NK + g0, NK);
+    }
     for (int plane = 0; plane < (split ? 2 : 1); ++plane) {
       const uint16_t* src = plane == 0 ? vh : vl;
       uint16_t* w = (plane == 0 ? v_hi : v_lo) + (j >> 1) * 2 * DP;  // VNNI row j / 2: DP words
