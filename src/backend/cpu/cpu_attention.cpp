@@ -918,30 +918,28 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_dot_tile(const ui
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-// exp_nonpositive on 16 lanes: the same reduction (n = round(x log2 e), r =
-// x - n ln 2 in two steps, the degree-7 Taylor polynomial on |r| <= ln2/2),
-// with 2^n applied by vscalefps. Arguments below ln(2^-126) give 0, so a
-// masked score (-inf) weighs exactly 0; a NaN stays NaN (vmaxps and vminps
-// return their second operand when one is NaN).
+// e^x on 16 lanes for x <= 0 (and NaN), as 2^t with t = x log2 e: n =
+// round(t), f = t - n in [-1/2, 1/2] (exact), 2^f by a degree-6 polynomial
+// (a relative-error fit on [-1/2, 1/2]: 6.9e-9 in exact arithmetic, 9.3e-8
+// measured in FP32 Horner), times 2^n by vscalefps. t's rounding adds
+// |t| 2^-24 relative, which only weights far below the row max's 1 see.
+// t is clamped below at -160 (vmaxps keeps a NaN: it returns its second
+// operand when one is NaN): the polynomial (< 1.5) times 2^-160 rounds to
+// 0, so a masked score (-inf) weighs exactly 0; t in (-160, -126) gives a
+// subnormal weight where exp_nonpositive flushes to 0, which the row max's
+// 1 leaves invisible either way.
 FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE __m512 exp_nonpositive_zmm(__m512 x) {
-  constexpr float kLn2Hi = 0.693145751953125f;
-  constexpr float kLn2Lo = 1.42860682030941723e-6f;
-  const __m512 min = _mm512_set1_ps(-87.33654475f);  // ln(2^-126)
-  const __m512 xc = _mm512_min_ps(_mm512_setzero_ps(), _mm512_max_ps(min, x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 poly = _mm512_set1_ps(1.f / 5040.f);
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f / 720.f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f / 120.f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f / 24.f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f / 6.f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(0.5f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f));
-  poly = _mm512_fmadd_ps(poly, r, _mm512_set1_ps(1.f));
-  const __m512 e = _mm512_scalef_ps(poly, n);
-  return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, min, _CMP_LT_OQ), _mm512_setzero_ps());
+  const __m512 t = _mm512_max_ps(_mm512_set1_ps(-160.f), _mm512_mul_ps(x, _mm512_set1_ps(kLog2e)));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.4990888303145766e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3393083354458213e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.61967371404171e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503472685813904e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402263730764389f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471824645996f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
 }
 
 // Keys j .. j + 15 of a tile that a row sees: columns in [c0, c1) (all of
@@ -999,7 +997,8 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void amx_softmax_tile(
     uint16_t* pl = p_lo != nullptr ? p_lo + r * lds : nullptr;
     for (int64_t j = 0; j < kp; j += 16) {
       const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(sr + j), vscale, vms);
-      const __m512 e = _mm512_maskz_mov_ps(visible_keys(mask, iota, j, c0, c1), exp_nonpositive_zmm(x));
+      __m512 e = exp_nonpositive_zmm(x);
+      if (mask) e = _mm512_maskz_mov_ps(visible_keys(mask, iota, j, c0, c1), e);
       if (keep_p) _mm512_storeu_ps(s + r * lds + j, e);
       vsum = _mm512_add_ps(vsum, e);
       const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
