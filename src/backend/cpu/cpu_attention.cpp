@@ -1782,10 +1782,17 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       const int64_t v_elems = (bc + 1) / 2 * 2 * DP;
       for (int64_t i = 0; i < v_elems; ++i) v_nonfinite |= (v_hi[i] & 0x7f80u) == 0x7f80u;
     } else {
+      // In kLanes lanes across the tile's rows (a per-row fold would cost
+      // a horizontal step for every key: perf, F32 prefill ~3%).
+      uint32_t lanes[kLanes] = {};
       for (int64_t j = 0; j < bc; ++j) {
         const float* vj = vtile + j * ldv;
-        for (int64_t d = 0; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
+        int64_t d = 0;
+        for (; d + kLanes <= D; d += kLanes)
+          for (int64_t x = 0; x < kLanes; ++x) lanes[x] |= (float_bits(vj[d + x]) & 0x7f800000u) == 0x7f800000u;
+        for (; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
       }
+      for (int64_t x = 0; x < kLanes; ++x) v_nonfinite |= lanes[x];
     }
 
     const bool edge = j0 < full_lo || j0 + bc > full_hi;
