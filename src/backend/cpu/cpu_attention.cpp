@@ -1640,6 +1640,9 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   extra.slopes = p.alibi_slopes != nullptr ? p.alibi_slopes + b * p.alibi_stride : nullptr;
   const Extra* extra_ptr = extra.bias != nullptr || extra.slopes != nullptr ? &extra : nullptr;
 
+  // amx: the tiles are configured by this block's first product and kept
+  // until release_amx below (nothing else runs on them in between).
+  [[maybe_unused]] bool tiles_configured = false;
   for (int64_t t = tiles.t_begin; t < tiles.t_end; ++t) {
     const int64_t j0 = std::max(t * KT, block_lo);            // first key of this tile
     const int64_t bc = std::min((t + 1) * KT, block_hi) - j0;  // keys in this tile
@@ -1809,7 +1812,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       int nt = 1;
       if (q_split) terms[nt++] = {q_lo, kh};
       if (kv_split) terms[nt++] = {q_hi, kl};
-      amx::gemm_amx(terms, nt, DP, ldk, s, LS, np, kp, DP, false);
+      amx::gemm_amx(terms, nt, DP, ldk, s, LS, np, kp, DP, false, !tiles_configured);
+      tiles_configured = true;
       if (nt > 1 && (q_nonfinite | k_nonfinite))
         amx_fix_scores(q_hi, q_lo, q_split, kh, kl, kv_split, ldk, DP, LS, s, nr, bcs);
       float scale = qk_scale;
@@ -1918,7 +1922,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       int nt = 1;
       if (p_split) terms[nt++] = {p_lo, vh};
       if (kv_split) terms[nt++] = {p_hi, vl};
-      amx::gemm_amx(terms, nt, LS, DP, o, DP, np, DP, kp, true);
+      amx::gemm_amx(terms, nt, LS, DP, o, DP, np, DP, kp, true, !tiles_configured);
+      tiles_configured = true;
 #endif
     } else if (!v_nonfinite) {
       gemm_rows<kRows, true>(s, s_row, s_key, vtile, ldv, o, DP, nr, DP, bc, alpha);
