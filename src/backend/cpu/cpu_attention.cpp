@@ -1801,34 +1801,61 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const bool edge = j0 < full_lo || j0 + bc > full_hi;
     if (amx) {
 #if FMHA_CPU_AMX
-      // S = Q . K_tile^T on tiles, rows [0, np) x columns [0, kp) (keys
-      // a0 + c), then the softmax along the block's rows with the scale on
-      // the FP32 sums (as bf16_score_tile). Softcap and the bias terms go in
-      // before it, on scaled logits, as softmax_rows has them.
+      // Per 32-row chunk of the block (one row of 2 x 2 accumulator blocks,
+      // so the chunks load no tile more often than one product over all
+      // rows would): S = Q . K_tile^T on tiles, rows x columns [0, kp)
+      // (keys a0 + c); the softmax along the chunk's rows with the scale on
+      // the FP32 sums (as bf16_score_tile), softcap and the bias terms
+      // before it on scaled logits, as softmax_rows has them; then o += P .
+      // V_tile for the chunk's rows. The chunk's S (32 x LS FP32) and o
+      // stay in L1 from one step to the next, where the whole block's S
+      // (128 x 128) would not. P is the hi and lo planes, or, when q or
+      // K/V is BF16, P rounded to BF16 (one plane: bench_cpu H2 N512 D128
+      // causal BF16, rel-L2 1.6e-3 against 1.3e-3 with FP32 P, the BF16
+      // tolerance 1e-2). A tile with a non-finite V value takes the exact
+      // path below for P . V instead (o not rescaled here then).
       const uint16_t* kh = use_pack ? pk_hi + 2 * a0 : k_hi;
       const uint16_t* kl = use_pack ? pk_lo + 2 * a0 : k_lo;
       const int64_t ldk = use_pack ? NK : L.keys;
-      amx::Term terms[amx::kMaxTerms] = {{q_hi, kh}};
-      int nt = 1;
-      if (q_split) terms[nt++] = {q_lo, kh};
-      if (kv_split) terms[nt++] = {q_hi, kl};
-      amx::gemm_amx(terms, nt, DP, ldk, s, LS, np, kp, DP, false, !tiles_configured);
-      tiles_configured = true;
-      if (nt > 1 && (q_nonfinite | k_nonfinite))
-        amx_fix_scores(q_hi, q_lo, q_split, kh, kl, kv_split, ldk, DP, LS, s, nr, bcs);
-      float scale = qk_scale;
-      if (softcap != 0.f || extra_ptr != nullptr) {
-        for (int64_t r = 0; r < nr; ++r) {
-          float* sr = s + r * LS;
-          for (int64_t j = 0; j < bcs; ++j) sr[j] *= qk_scale;
-          if (softcap != 0.f)
-            for (int64_t j = 0; j < bcs; ++j) sr[j] = softcap * tanh_softcap(sr[j] * inv_softcap);
-          if (extra_ptr != nullptr) extra.add(sr + (j0 - a0), 1, r, j0, bc);
+      const uint16_t* vh = use_pack ? pv_hi + a0 * DP : v_hi;
+      const uint16_t* vl = use_pack ? pv_lo + a0 * DP : v_lo;
+      const bool mask = edge || a0 != j0 || bcs != kp;
+      for (int64_t rc = 0; rc < nr; rc += amx::kBlock) {
+        const int64_t cr = std::min(amx::kBlock, nr - rc);  // the chunk's rows of the block
+        float* sc = s + rc * LS;
+        uint16_t* qh = q_hi + rc * DP;
+        uint16_t* ql = q_lo + rc * DP;
+        amx::Term terms[amx::kMaxTerms] = {{qh, kh}};
+        int nt = 1;
+        if (q_split) terms[nt++] = {ql, kh};
+        if (kv_split) terms[nt++] = {qh, kl};
+        amx::gemm_amx(terms, nt, DP, ldk, sc, LS, amx::kBlock, kp, DP, false, !tiles_configured);
+        tiles_configured = true;
+        if (nt > 1 && (q_nonfinite | k_nonfinite))
+          amx_fix_scores(qh, ql, q_split, kh, kl, kv_split, ldk, DP, LS, sc, cr, bcs);
+        float scale = qk_scale;
+        if (softcap != 0.f || extra_ptr != nullptr) {
+          for (int64_t r = rc; r < rc + cr; ++r) {
+            float* sr = s + r * LS;
+            for (int64_t j = 0; j < bcs; ++j) sr[j] *= qk_scale;
+            if (softcap != 0.f)
+              for (int64_t j = 0; j < bcs; ++j) sr[j] = softcap * tanh_softcap(sr[j] * inv_softcap);
+            if (extra_ptr != nullptr) extra.add(sr + (j0 - a0), 1, r, j0, bc);
+          }
+          scale = 1.f;
         }
-        scale = 1.f;
+        uint16_t* ph = p_hi + rc * LS;
+        uint16_t* pl = p_lo + rc * LS;
+        amx_softmax_tile(sc, LS, cr, bcs, kp, mask, a0, lo + rc, hi + rc, scale, m + rc, l + rc, alpha + rc, ph,
+                         p_split ? pl : nullptr, v_nonfinite != 0, v_nonfinite ? nullptr : o + rc * DP, DP);
+        if (!v_nonfinite) {
+          amx::Term pv[amx::kMaxTerms] = {{ph, vh}};
+          int npv = 1;
+          if (p_split) pv[npv++] = {pl, vh};
+          if (kv_split) pv[npv++] = {ph, vl};
+          amx::gemm_amx(pv, npv, LS, DP, o + rc * DP, DP, amx::kBlock, DP, kp, true, false);
+        }
       }
-      amx_softmax_tile(s, LS, nr, bcs, kp, edge || a0 != j0 || bcs != kp, a0, lo, hi, scale, m, l, alpha, p_hi,
-                       p_split ? p_lo : nullptr, v_nonfinite != 0, v_nonfinite ? nullptr : o, DP);
 #endif
     } else if (dot) {
       // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
@@ -1910,21 +1937,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const int64_t s_key = dot || amx ? 1 : BR;
     const int64_t s_row = dot ? L.keys : amx ? LS : 1;
     if (!v_nonfinite && amx) {
-#if FMHA_CPU_AMX
-      // o += P . V_tile on tiles, P rows x columns [0, kp) as
-      // amx_softmax_tile left it (o already rescaled by alpha): hi and lo
-      // planes, or, when q or K/V is BF16, P rounded to BF16 (one plane:
-      // bench_cpu H2 N512 D128 causal BF16, rel-L2 1.6e-3 against 1.3e-3
-      // with FP32 P, the BF16 tolerance 1e-2).
-      const uint16_t* vh = use_pack ? pv_hi + a0 * DP : v_hi;
-      const uint16_t* vl = use_pack ? pv_lo + a0 * DP : v_lo;
-      amx::Term terms[amx::kMaxTerms] = {{p_hi, vh}};
-      int nt = 1;
-      if (p_split) terms[nt++] = {p_lo, vh};
-      if (kv_split) terms[nt++] = {p_hi, vl};
-      amx::gemm_amx(terms, nt, LS, DP, o, DP, np, DP, kp, true, !tiles_configured);
-      tiles_configured = true;
-#endif
+      // done per row chunk above
     } else if (!v_nonfinite) {
       gemm_rows<kRows, true>(s, s_row, s_key, vtile, ldv, o, DP, nr, DP, bc, alpha);
     } else {
