@@ -942,6 +942,31 @@ FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE __m512 exp_nonpositive_zmm(__m512 x) 
   return _mm512_scalef_ps(p, n);
 }
 
+// amx::split of n values on 16 lanes: hi = bf16(x) (vcvtneps2bf16: round
+// to nearest even, as float_to_bf16; it flushes FP32 subnormal inputs,
+// which a 16-bit or FP8 value never is), lo = bf16(x - hi) (exact for F16
+// values), lo = 0 where x is an inf or NaN. Returns whether some x is.
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 uint32_t split_row_amx(const float* x, int64_t n, uint16_t* hi,
+                                                                           uint16_t* lo) {
+  uint32_t bad = 0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + i), h);
+    const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_EQ_OQ);
+    const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + i),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_maskz_sub_ps(finite, v, hf))));
+    bad |= finite != 0xffff;
+  }
+  for (; i < n; ++i) {
+    amx::split(x[i], hi + i, lo + i);
+    bad |= !std::isfinite(x[i]);
+  }
+  return bad;
+}
+
 // Keys j .. j + 15 of a tile that a row sees: columns in [c0, c1) (all of
 // them when not `mask`). Vectors by reference (see load_lanes).
 FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE __mmask16 visible_keys(bool mask, const __m512i& iota, int64_t j,
@@ -1280,9 +1305,9 @@ FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t item, int worker) {
       for (int64_t x = 0; x < D; ++x) vh[x] = v16[x * v.stride[3]];
     } else {
       load_row<kIsa>(ks, k.stride[3], D, kvt, row);
-      for (int64_t d = 0; d < D; ++d) amx::split(row[d], kh + d, kl + d);
+      split_row_amx(row, D, kh, kl);
       load_row<kIsa>(vs, v.stride[3], D, kvt, row);
-      for (int64_t x = 0; x < D; ++x) amx::split(row[x], vh + x, vl + x);
+      split_row_amx(row, D, vh, vl);
     }
     uint32_t k_bad = 0, v_bad = 0;
     for (int64_t d = 0; d < D; ++d) {
@@ -1523,10 +1548,16 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         uint16_t* qh = q_hi + r * DP;
         uint16_t* ql = q_lo + r * DP;
         if (r < nr) {
-          load_row<kIsa>(q_data + sq.row_at(q, h_of(r), i_of(r)) * dtype_size(dt), q.stride[3], D, dt, row);
-          for (int64_t d = 0; d < D; ++d) {
-            amx::split(row[d], qh + d, ql + d);
-            q_nonfinite |= (qh[d] & 0x7f80u) == 0x7f80u;
+          const char* qr = q_data + sq.row_at(q, h_of(r), i_of(r)) * dtype_size(dt);
+          if (dt == FMHA_DTYPE_BF16) {  // as it is (no lo plane: q_split is false)
+            const uint16_t* q16 = reinterpret_cast<const uint16_t*>(qr);
+            for (int64_t d = 0; d < D; ++d) qh[d] = q16[d * q.stride[3]];
+            for (int64_t d = 0; d < D; ++d) q_nonfinite |= (qh[d] & 0x7f80u) == 0x7f80u;
+          } else {
+#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
+            load_row<kIsa>(qr, q.stride[3], D, dt, row);
+            q_nonfinite |= split_row_amx(row, D, qh, ql);
+#endif
           }
         }
         for (int64_t d = r < nr ? D : 0; d < DP; ++d) qh[d] = ql[d] = 0;
