@@ -355,6 +355,8 @@ constexpr int64_t kMaxPackBytes = int64_t{256} << 20;
 // have work with 8 kv heads at N = 2048 (even: V's pairs stay in a chunk).
 constexpr int64_t kPackChunkKeys = 512;
 static_assert(kPackChunkKeys % 2 == 0, "a chunk holds whole key pairs");
+// Keys ahead whose K and V rows the packing prefetches (not tuned).
+constexpr int64_t kPackPrefetchKeys = 8;
 
 struct PackLayout {
   int64_t keys;    // columns of K^T, rows of V (0: no packing)
@@ -1295,6 +1297,17 @@ FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t item, int worker) {
         std::memset(g_lo + i * DP + from, 0, (DP - from) * sizeof(uint16_t));
       }
     int64_t k_at, v_at;
+    if (j + kPackPrefetchKeys < nk && k.stride[3] == 1 && v.stride[3] == 1) {
+      // The packing reads K and V from memory once: ask for a later key's
+      // rows while this one converts (as the per-tile staging does).
+      sq.key_at(hk, j + kPackPrefetchKeys, &k_at, &v_at);
+      const char* kn = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
+      const char* vn = static_cast<const char*>(v.data) + v_at * dtype_size(kvt);
+      for (int64_t at = 0; at < D * dtype_size(kvt); at += kAlignBytes) {
+        prefetch_read(kn + at);
+        prefetch_read(vn + at);
+      }
+    }
     sq.key_at(hk, j, &k_at, &v_at);
     const char* ks = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
     const char* vs = static_cast<const char*>(v.data) + v_at * dtype_size(kvt);
