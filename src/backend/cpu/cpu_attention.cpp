@@ -1004,46 +1004,65 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void amx_softmax_tile(
   const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512 vscale = _mm512_set1_ps(scale);
   const __m512 ninf = _mm512_set1_ps(-kInf);
-  for (int64_t r = 0; r < nr; ++r) {
-    const float* sr = s + r * lds;
-    const __m512i c0 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(lo[r] - base, 0, nk)));
-    const __m512i c1 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(hi[r] - base, 0, nk)));
-    __m512 vmax = ninf;
-    for (int64_t j = 0; j < kp; j += 16) {
-      const __m512 v = _mm512_mask_mul_ps(ninf, visible_keys(mask, iota, j, c0, c1), _mm512_loadu_ps(sr + j), vscale);
-      vmax = _mm512_max_ps(v, vmax);  // a NaN score never becomes the max (softmax_rows' rule)
-    }
-    const float tile_max = _mm512_reduce_max_ps(vmax);
-    const float mn = m[r] > tile_max ? m[r] : tile_max;
-    const float ms = mn == -kInf ? 0.f : mn;
-    alpha[r] = exp_nonpositive(m[r] - ms);
-    m[r] = mn;
-    const __m512 vms = _mm512_set1_ps(ms);
-    __m512 vsum = _mm512_setzero_ps();
-    uint16_t* ph = p_hi + r * lds;
-    uint16_t* pl = p_lo != nullptr ? p_lo + r * lds : nullptr;
-    for (int64_t j = 0; j < kp; j += 16) {
-      const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(sr + j), vscale, vms);
-      __m512 e = exp_nonpositive_zmm(x);
-      if (mask) e = _mm512_maskz_mov_ps(visible_keys(mask, iota, j, c0, c1), e);
-      if (keep_p) _mm512_storeu_ps(s + r * lds + j, e);
-      vsum = _mm512_add_ps(vsum, e);
-      const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ph + j), h);
-      if (pl != nullptr) {
-        const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-        const __m512 rest = _mm512_maskz_sub_ps(_mm512_cmp_ps_mask(e, e, _CMP_ORD_Q), e, hf);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pl + j),
-                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(rest)));
+  // Pass 1 and the new maxima for 16 rows at a time: m' and alpha of the
+  // 16 rows in one vector (exp_nonpositive_zmm), then pass 2 row by row.
+  float tile_max[16], m_safe[16];
+  for (int64_t r0 = 0; r0 < nr; r0 += 16) {
+    const int64_t rn = std::min<int64_t>(16, nr - r0);
+    for (int64_t i = 0; i < rn; ++i) {
+      const int64_t r = r0 + i;
+      const float* sr = s + r * lds;
+      const __m512i c0 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(lo[r] - base, 0, nk)));
+      const __m512i c1 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(hi[r] - base, 0, nk)));
+      __m512 vmax = ninf;
+      for (int64_t j = 0; j < kp; j += 16) {
+        const __m512 v =
+            _mm512_mask_mul_ps(ninf, visible_keys(mask, iota, j, c0, c1), _mm512_loadu_ps(sr + j), vscale);
+        vmax = _mm512_max_ps(v, vmax);  // a NaN score never becomes the max (softmax_rows' rule)
       }
+      tile_max[i] = _mm512_reduce_max_ps(vmax);
     }
-    l[r] = alpha[r] * l[r] + _mm512_reduce_add_ps(vsum);
-    // alpha = 1 (the row's max did not grow: most tiles once a row has
-    // seen a few) leaves o as it is.
-    if (o != nullptr && alpha[r] != 1.f) {
-      const __m512 va = _mm512_set1_ps(alpha[r]);
-      float* orow = o + r * dp;
-      for (int64_t x = 0; x < dp; x += 16) _mm512_storeu_ps(orow + x, _mm512_mul_ps(_mm512_loadu_ps(orow + x), va));
+    // m' = max(m, m~) (vmaxps(m, m~): m where m > m~, as run_block), the
+    // subtrahend 0 while m' = -inf, alpha = e^(m - m').
+    const __mmask16 rows = static_cast<__mmask16>((1u << rn) - 1);
+    const __m512 vm = _mm512_mask_loadu_ps(ninf, rows, m + r0);
+    const __m512 mn = _mm512_max_ps(vm, _mm512_mask_loadu_ps(ninf, rows, tile_max));
+    const __m512 ms = _mm512_mask_mov_ps(mn, _mm512_cmp_ps_mask(mn, ninf, _CMP_EQ_OQ), _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(alpha + r0, rows, exp_nonpositive_zmm(_mm512_sub_ps(vm, ms)));
+    _mm512_mask_storeu_ps(m + r0, rows, mn);
+    _mm512_storeu_ps(m_safe, ms);
+    for (int64_t i = 0; i < rn; ++i) {
+      const int64_t r = r0 + i;
+      const float* sr = s + r * lds;
+      const __m512i c0 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(lo[r] - base, 0, nk)));
+      const __m512i c1 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(hi[r] - base, 0, nk)));
+      const __m512 vms = _mm512_set1_ps(m_safe[i]);
+      __m512 vsum = _mm512_setzero_ps();
+      uint16_t* ph = p_hi + r * lds;
+      uint16_t* pl = p_lo != nullptr ? p_lo + r * lds : nullptr;
+      for (int64_t j = 0; j < kp; j += 16) {
+        const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(sr + j), vscale, vms);
+        __m512 e = exp_nonpositive_zmm(x);
+        if (mask) e = _mm512_maskz_mov_ps(visible_keys(mask, iota, j, c0, c1), e);
+        if (keep_p) _mm512_storeu_ps(s + r * lds + j, e);
+        vsum = _mm512_add_ps(vsum, e);
+        const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ph + j), h);
+        if (pl != nullptr) {
+          const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+          const __m512 rest = _mm512_maskz_sub_ps(_mm512_cmp_ps_mask(e, e, _CMP_ORD_Q), e, hf);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pl + j),
+                              reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(rest)));
+        }
+      }
+      l[r] = alpha[r] * l[r] + _mm512_reduce_add_ps(vsum);
+      // alpha = 1 (the row's max did not grow: most tiles once a row has
+      // seen a few) leaves o as it is.
+      if (o != nullptr && alpha[r] != 1.f) {
+        const __m512 va = _mm512_set1_ps(alpha[r]);
+        float* orow = o + r * dp;
+        for (int64_t x = 0; x < dp; x += 16) _mm512_storeu_ps(orow + x, _mm512_mul_ps(_mm512_loadu_ps(orow + x), va));
+      }
     }
   }
 }
