@@ -31,8 +31,10 @@
 //   F16 with FMLAL (cpu_fp16_neon.h; Q^T raw, unscaled). P . V stays FP32.
 //   On the amx path a query block with BF16 or F16 q runs both products on
 //   AMX tiles (cpu_amx.h) with its scores rows x keys, as a decode block's:
-//   S = Q . K_tile^T, softmax_rows, then o += P . V_tile, the K and V tiles
-//   repacked as BF16 into the tiles' pair-interleaved (VNNI) form.
+//   S = Q . K_tile^T, the softmax (amx_softmax_tile, AVX-512), then o += P .
+//   V_tile, per 32-row chunk, with K and V packed as BF16 into the tiles'
+//   pair-interleaved (VNNI) form once per (batch, kv head) before the
+//   blocks run (PackLayout, pack_kv_amx).
 //
 // Decode (few query rows, GQA): when the Nq query rows of all G query heads
 // that share a kv head fit in one block (G * Nq <= rows), one work item
@@ -302,8 +304,9 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.rows = t.rows;
   s.keys = t.keys;
   s.dp = round_up(p.head_dim, kMicroCols);
-  // A packed tile (PackLayout) may start one key early (its base is even),
-  // which can take its keys one 32-key step past `keys`.
+  // The amx path's tiles over packed K/V (PackLayout) hold kAmxTileKeys
+  // keys and may start one key early (their base is even), one more 32-key
+  // step of columns.
   s.ls = std::max(s.keys, kAmxTileKeys) + amx::kBlock;
   int64_t at = 0;
   auto take = [&at](int64_t bytes) {
