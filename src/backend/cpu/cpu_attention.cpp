@@ -928,8 +928,8 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_dot_tile(const ui
 // (a relative-error fit on [-1/2, 1/2]: 2.6e-7 in exact arithmetic, 3.5e-7
 // measured in FP32 Horner: far below P's own rounding to 8 or 16 bits; the
 // degree-6 fit, 9.3e-8, changed no test's error), times 2^n by vscalefps.
-// t's rounding adds
-// |t| 2^-24 relative, which only weights far below the row max's 1 see.
+// t's rounding adds |t| 2^-24 relative, which only weights far below the
+// row max's 1 see.
 // t is clamped below at -160 (vmaxps keeps a NaN: it returns its second
 // operand when one is NaN): the polynomial (< 1.5) times 2^-160 rounds to
 // 0, so a masked score (-inf) weighs exactly 0; t in (-160, -126) gives a
