@@ -6,10 +6,18 @@ register spelled out, so the bodies are generated rather than typed.
     python3 tools/gen_wgmma.py > src/backend/cuda/sm90/wgmma_ops.inc
 
 The N values are the tile widths the sm90 kernels instantiate; add one here
-when a tile config needs it (test_sm90_primitives covers every entry)."""
+when a tile config needs it (test_sm90_primitives covers every entry).
+The FP8 forms (m64nNk32, both operands K-major: the instruction has no
+transpose flags for 8-bit types) are MmaSsK32<T, N> (A and B of type T) and
+MmaRsK32<TA, TB, N> (A from registers: Q, or P, which is always e4m3), for
+FP8_NS."""
 
 NS = [16, 32, 64, 96, 128, 176, 192, 256]
 TYPES = [("__half", "f16"), ("__nv_bfloat16", "bf16")]
+FP8_NS = [128, 136, 192]
+FP8_TYPES = [("__nv_fp8_e4m3", "e4m3"), ("__nv_fp8_e5m2", "e5m2")]
+# (A, B) of the register-A forms: Q K^T (one type) and P V (P in e4m3).
+FP8_RS_PAIRS = [(FP8_TYPES[0], FP8_TYPES[0]), (FP8_TYPES[1], FP8_TYPES[1]), (FP8_TYPES[0], FP8_TYPES[1])]
 
 
 def regs(first, count):
@@ -20,33 +28,42 @@ def acc_operands(n):
     return ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
 
 
-def emit(n, ctype, ptype, a_regs):
+def emit(n, ctype, ptype, a_regs, k=16, b=None):
+    btype, bptype = b if b else (ctype, ptype)
     nacc = n // 2
+    trans = k == 16  # 8-bit types have no transpose flags
     if a_regs:
         a = "{" + regs(nacc, 4) + "}"
         b = f"%{nacc + 4}"
         pred = nacc + 5
-        tail = f"p, 1, 1, %{pred + 1}"
-        ins = ('"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), '
-               '"n"(kTransB)')
+        tail = f"p, 1, 1, %{pred + 1}" if trans else "p, 1, 1"
+        ins = ('"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d)' +
+               (', "n"(kTransB)' if trans else ""))
         sig = "const uint32_t (&a)[4], uint64_t desc_b"
         form = "Rs"
     else:
         a = f"%{nacc}"
         b = f"%{nacc + 1}"
         pred = nacc + 2
-        tail = f"p, 1, 1, %{pred + 1}, %{pred + 2}"
-        ins = '"l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB)'
+        tail = f"p, 1, 1, %{pred + 1}, %{pred + 2}" if trans else "p, 1, 1"
+        ins = '"l"(desc_a), "l"(desc_b), "r"(scale_d)' + (', "n"(kTransA), "n"(kTransB)' if trans else "")
         sig = "uint64_t desc_a, uint64_t desc_b"
         form = "Ss"
-    tparams = "int kTransB" if a_regs else "int kTransA, int kTransB"
-    print(f"template <{tparams}>")
-    print(f"struct Mma{form}<{ctype}, {n}, {'kTransB' if a_regs else 'kTransA, kTransB'}> {{")
+    if trans:
+        tparams = "int kTransB" if a_regs else "int kTransA, int kTransB"
+        print(f"template <{tparams}>")
+        print(f"struct Mma{form}<{ctype}, {n}, {'kTransB' if a_regs else 'kTransA, kTransB'}> {{")
+    elif a_regs:
+        print("template <>")
+        print(f"struct MmaRsK32<{ctype}, {btype}, {n}> {{")
+    else:
+        print("template <>")
+        print(f"struct MmaSsK32<{ctype}, {n}> {{")
     print(f"  __device__ static void run(float (&d)[{nacc}], {sig}, uint32_t scale_d) {{")
     print('    asm volatile(')
     print('        "{\\n.reg .pred p;\\n"')
     print(f'        "setp.ne.b32 p, %{pred}, 0;\\n"')
-    print(f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} "')
+    print(f'        "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ptype}.{bptype} "')
     # Break the register list into lines of 16.
     print('        "{"')
     for s in range(0, nacc, 16):
@@ -74,3 +91,20 @@ for ctype, ptype in TYPES:
     for n in NS:
         emit(n, ctype, ptype, False)
         emit(n, ctype, ptype, True)
+
+print("// wgmma.mma_async m64nNk32 on 8-bit types: A and B K-major; Rs: A (type")
+print("// TA) from registers, per warp 16 rows x 32 k as 4 registers of 4 bytes")
+print("// (a0: row lane / 4, k 4 (lane % 4) .. + 3; a1: row + 8; a2, a3: the same at")
+print("// k + 16), B of type TB.")
+print()
+print("template <class T, int N>")
+print("struct MmaSsK32;")
+print("template <class TA, class TB, int N>")
+print("struct MmaRsK32;")
+print()
+for ctype, ptype in FP8_TYPES:
+    for n in FP8_NS:
+        emit(n, ctype, ptype, False, 32)
+for (ctype, ptype), b in FP8_RS_PAIRS:
+    for n in FP8_NS:
+        emit(n, ctype, ptype, True, 32, b)

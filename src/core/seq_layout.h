@@ -86,9 +86,14 @@ struct PageSlot {
   int64_t slot;
 };
 
-FMHA_HOST_DEVICE PageSlot page_slot(const SeqLayout& L, int64_t b, int64_t j, int64_t entry) {
-  const int64_t page = L.block_table[b * L.block_table_stride + entry];
+// The form for a kernel that has already read the table: `page` is
+// block_table[b][entry] as read (clamped here, like every other read).
+FMHA_HOST_DEVICE PageSlot page_slot_of(const SeqLayout& L, int64_t j, int64_t entry, int64_t page) {
   return {clamp_i64(page, 0, L.num_pages - 1), j - entry * L.page_size};
+}
+
+FMHA_HOST_DEVICE PageSlot page_slot(const SeqLayout& L, int64_t b, int64_t j, int64_t entry) {
+  return page_slot_of(L, j, entry, L.block_table[b * L.block_table_stride + entry]);
 }
 
 FMHA_HOST_DEVICE PageSlot page_slot(const SeqLayout& L, int64_t b, int64_t j) {

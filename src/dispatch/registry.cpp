@@ -38,9 +38,12 @@ const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
     {"cuda_sm90_ws",
      "Hopper family: wgmma + TMA, warp-specialized producer and consumer warpgroups (sm_90a); ragged, seqused_k "
-     "and paged K/V (page_size a multiple of 8 dividing or divided by the key tile); descales, bias and ALiBi",
+     "and paged K/V (page_size a multiple of 8 dividing or divided by the key tile); descales, bias and ALiBi; "
+     "FP8 q, k and v (one FP8 dtype, V transposed: v.strides[2] = 1; o F16 or BF16; dense, head_dim 128) on "
+     "wgmma FP8",
      FMHA_DEVICE_CUDA, 90, 90, kSm90Dtypes, HeadDims{0, 1, {FMHA_SM90_HEAD_DIM_LIST}},
-     kFeatureServing | kFeatureDescale | kFeatureBias | kFeatureAlibi, 16, 5,
+     kFeatureServing | kFeatureMixedDtypes | kFeatureDescale | kFeatureBias | kFeatureAlibi | kFeatureTransposedV,
+     16, 5,
      cuda::sm90_supports, cuda::sm90_workspace_bytes, cuda::sm90_forward, cuda::sm90_declines},
     {"cuda_sm80_tc",
      "tensor-core mma.sync family, cp.async K/V pipeline, causal tile skipping; ragged, seqused_k and "
@@ -55,7 +58,8 @@ const KernelEntry kKernels[] = {
      "general CUDA fallback: any head_dim <= 256, any strides, F32 too, every serving layout; FP8 inputs, "
      "descales, mixed dtypes, bias and ALiBi",
      FMHA_DEVICE_CUDA, 80, 999, kAllDtypes | kFp8Dtypes, HeadDims{256, 1, {}},
-     kFeatureServing | kFeatureMixedDtypes | kFeatureDescale | kFeatureBias | kFeatureAlibi, 0, 50,
+     kFeatureServing | kFeatureMixedDtypes | kFeatureDescale | kFeatureBias | kFeatureAlibi | kFeatureTransposedV, 0,
+     50,
      cuda::generic_supports, cuda::generic_workspace_bytes, cuda::generic_forward},
 #endif
     {"cpu_tiled",
@@ -91,6 +95,7 @@ uint32_t required_features(const Problem& p) {
   if (p.has_descale()) f |= kFeatureDescale;
   if (p.has_bias()) f |= kFeatureBias;
   if (p.alibi_slopes != nullptr) f |= kFeatureAlibi;
+  if (p.v.stride[3] != 1 && p.v.stride[2] == 1) f |= kFeatureTransposedV;
   return f;
 }
 
@@ -121,6 +126,7 @@ const char* feature_name(uint32_t bit) {
     case kFeatureDescale: return "descales (q_descale, k_descale, v_descale)";
     case kFeatureBias: return "an additive bias";
     case kFeatureAlibi: return "ALiBi slopes";
+    case kFeatureTransposedV: return "a transposed V (v.strides[2]=1)";
     default: return "an unknown feature";
   }
 }
@@ -130,15 +136,17 @@ const char* unsupported_feature(uint32_t bit, char* buf, size_t len) {
   return reason(buf, len, "does not support a feature of the problem", "does not support %s", feature_name(bit));
 }
 
-// The alignment reason for one operand, or null.
-const char* misaligned(const char* name, const Operand& op, int64_t elem, int align, char* buf,
-                       size_t len) {
-  if (op.stride[3] != 1)
-    return reason(buf, len, "needs head_dim stride 1", "needs %s.strides[3]=1, got %" PRId64, name, op.stride[3]);
+// The alignment reason for one operand, or null. unit: the dim whose stride
+// must be 1 (3, head_dim; 2, seq, for a transposed V).
+const char* misaligned(const char* name, const Operand& op, int64_t elem, int align, char* buf, size_t len,
+                       int unit = 3) {
+  if (op.stride[unit] != 1)
+    return reason(buf, len, "needs head_dim stride 1", "needs %s.strides[%d]=1, got %" PRId64, name, unit,
+                  op.stride[unit]);
   if (reinterpret_cast<uintptr_t>(op.data) % align != 0)
     return reason(buf, len, "needs aligned data", "needs %s.data %d-byte aligned", name, align);
-  for (int d = 0; d < 3; ++d)
-    if ((op.stride[d] * elem) % align != 0)
+  for (int d = 0; d < 4; ++d)
+    if (d != unit && (op.stride[d] * elem) % align != 0)
       return reason(buf, len, "needs aligned strides",
                     "needs %s.strides[%d]*%d bytes to be a multiple of %d, got %" PRId64, name, d,
                     static_cast<int>(elem), align, op.stride[d]);
@@ -192,8 +200,11 @@ const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& de
       const Operand* op;
       fmha_dtype dtype;  // each operand's own (FP8 K/V are 1-byte elements)
     } ops[] = {{"q", &p.q, p.dtype}, {"k", &p.k, p.kv_dtype}, {"v", &p.v, p.kv_dtype}, {"o", &p.o, p.o_dtype}};
+    const bool v_transposed = required_features(p) & kFeatureTransposedV;
     for (const auto& x : ops)
-      if (const char* r = misaligned(x.name, *x.op, dtype_size(x.dtype), e.align_bytes, out, len)) return r;
+      if (const char* r = misaligned(x.name, *x.op, dtype_size(x.dtype), e.align_bytes, out, len,
+                                     v_transposed && x.op == &p.v ? 2 : 3))
+        return r;
   }
   if (e.supports) return e.supports(p, dev);
   return nullptr;

@@ -36,9 +36,13 @@ enum Feature : uint32_t {
   kFeatureDescale = 1u << 9,      // q_descale, k_descale or v_descale
   kFeatureBias = 1u << 10,        // an additive bias tensor
   kFeatureAlibi = 1u << 11,       // ALiBi slopes
+  // V stored transposed: v.strides[2] = 1 with head_dim strided (the FP8
+  // MMA's K-major V^T). An entry with an alignment contract that declares
+  // it checks V's seq stride where it would check the head_dim stride.
+  kFeatureTransposedV = 1u << 12,
   kFeatureDense = 0x1fu,          // every feature of the 0.1 dense layout
   kFeatureServing = 0xffu,        // every feature of 0.2 (dense + serving layouts)
-  kFeatureAll = 0xfffu,
+  kFeatureAll = 0x1fffu,
 };
 
 // The head dims an entry runs: every multiple of `multiple` up to `max`,

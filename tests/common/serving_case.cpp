@@ -49,10 +49,12 @@ std::string ServingCase::name() const {
          (bias == BiasPattern::kFull ? "full" : bias == BiasPattern::kMask ? "mask" : "keypad") + "-" +
          dtype_label(bias_dtype);
   if (alibi) s += alibi == 1 ? " alibi[H]" : " alibi[B,H]";
+  if (hidden_nonfinite_v) s += " hidden-nonfinite-v";
   s += " H" + std::to_string(heads_q) + "/" + std::to_string(heads_kv) + " D" + std::to_string(head_dim);
   s += " q" + std::string(q_layout == QLayout::kRagged ? "-ragged" : "-dense") + "[" + list(len_q) + "]";
   if (q_token_major) s += " NHD";
   s += " k-" + std::string(kv_label(kv_layout)) + "[" + list(len_k) + "]";
+  if (v_transposed) s += " vT";
   if (seqused_k || kv_layout == KvLayout::kPaged) s += " seqused+" + std::to_string(kv_spare);
   if (kv_layout == KvLayout::kPaged) {
     s += " ps" + std::to_string(page_size) + (storage == PageStorage::kHeadMajor ? " HND" : " NHD");
@@ -93,8 +95,10 @@ const char* ServingCase::invalid_reason() const {
     return "dense keys of different lengths need seqused_k";
   if (kv_layout != KvLayout::kRagged && k_tail != 0) return "k_tail needs packed keys";
   if (kv_layout == KvLayout::kPaged && page_size < 1) return "page_size must be >= 1";
+  if (v_transposed && kv_layout != KvLayout::kDense) return "a transposed V needs dense K/V";
   if (kv_spare < 0 || q_tail < 0 || k_tail < 0 || spare_pages < 0 || table_slack < 0)
     return "spares, tails and slack must be >= 0";
+  if (hidden_nonfinite_v && bias == BiasPattern::kNone) return "hidden_nonfinite_v needs a bias to hide its keys";
   return nullptr;
 }
 
@@ -446,8 +450,16 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
     const int64_t st[4] = {Hk * S * D, S * D, D, 1};
     std::copy(st, st + 4, kv_strides_);
   }
+  std::copy(kv_strides_, kv_strides_ + 4, v_strides_);
+  int64_t v_elements = kv_dims_[0] * Hk * S * D;
+  if (c.v_transposed) {
+    const int64_t pitch = (S + 15) / 16 * 16;
+    const int64_t st[4] = {Hk * D * pitch, D * pitch, 1, pitch};
+    std::copy(st, st + 4, v_strides_);
+    v_elements = kv_dims_[0] * Hk * D * pitch;
+  }
   alloc_as(k_, kv_dims_[0] * Hk * S * D, kvt);
-  alloc_as(v_, kv_dims_[0] * Hk * S * D, kvt);
+  alloc_as(v_, v_elements, kvt);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t j = 0; j < c.len_k[static_cast<size_t>(b)]; ++j) {
       int64_t kb = b, kj = j;
@@ -458,11 +470,14 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
         kb = table_[static_cast<size_t>(b * table_stride_ + j / c.page_size)];
         kj = j % c.page_size;
       }
+      const bool hidden = c.hidden_nonfinite_v && j % ServingCase::kHiddenKeyPeriod == ServingCase::kHiddenKeyPhase;
       for (int64_t h = 0; h < Hk; ++h)
         for (int64_t d = 0; d < D; ++d) {
           const int64_t at = kb * kv_strides_[0] + h * kv_strides_[1] + kj * kv_strides_[2] + d;
+          const int64_t v_at = kb * v_strides_[0] + h * v_strides_[1] + kj * v_strides_[2] + d * v_strides_[3];
           store_element(k_.data(), kvt, at, normal_as(kvt));
-          store_element(v_.data(), kvt, at, normal_as(kvt));
+          const float x = normal_as(kvt);  // drawn either way: the case's other values stay the same
+          store_element(v_.data(), kvt, v_at, !hidden ? x : d % 2 ? nan : std::numeric_limits<float>::infinity());
         }
     }
   if (used)
@@ -485,7 +500,7 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
   };
   view(&p.q, q_.data(), q_dims_, q_strides_, dt);
   view(&p.k, k_.data(), kv_dims_, kv_strides_, kvt);
-  view(&p.v, v_.data(), kv_dims_, kv_strides_, kvt);
+  view(&p.v, v_.data(), kv_dims_, v_strides_, kvt);
   p.mask_flags = c.mask_flags;
   p.window_left = c.window_left;
   p.window_right = c.window_right;
@@ -554,6 +569,7 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
       } else {
         if ((j + row) % 3 == 2 || row == 1) x = ninf;  // sequence 1: every key padded
       }
+      if (c.hidden_nonfinite_v && j % ServingCase::kHiddenKeyPeriod == ServingCase::kHiddenKeyPhase) x = ninf;
       store_element(bias_.data(), bt, e, round_to_dtype(x, bt));
     }
     p.bias.data = bias_.data();

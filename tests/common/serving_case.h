@@ -69,6 +69,12 @@ struct ServingCase {
   BiasPattern bias = BiasPattern::kNone;
   fmha_dtype bias_dtype = FMHA_DTYPE_F32;
   int alibi = 0;  // 0 none, 1 [Hq] slopes (stride 0), 2 [B, Hq] slopes (stride Hq + 1)
+  // With a bias: every key j with j % kHiddenKeyPeriod == kHiddenKeyPhase
+  // is -inf in every row of the bias (hidden from every query) and its V
+  // row holds NaN and inf. A kernel whose P V lets a hidden key's zero
+  // weight meet V (0 x NaN) poisons the rows.
+  bool hidden_nonfinite_v = false;
+  static constexpr int64_t kHiddenKeyPeriod = 37, kHiddenKeyPhase = 5;
 
   fmha_dtype k_type() const { return kv_dtype != 0 ? kv_dtype : dtype; }
   fmha_dtype o_type() const { return o_dtype != 0 ? o_dtype : dtype; }
@@ -83,6 +89,11 @@ struct ServingCase {
   // FlashAttention's varlen layout); else [B, Hq, N, D].
   bool q_token_major = false;
   KvLayout kv_layout = KvLayout::kDense;
+  // V stored transposed, [B, Hk, D, capacity] in memory (dense K/V only):
+  // dims stay [B, Hk, capacity, D], v.strides[2] = 1, and v.strides[3] is
+  // the capacity rounded up to 16 elements (the FP8 MMA's K-major V^T,
+  // cuda_sm90_ws; the padding holds NaN).
+  bool v_transposed = false;
   // Give seqused_k (always with kPaged; with kDense whenever lengths
   // differ). Each sequence then holds kv_spare keys beyond the ones it sees
   // (NaN-filled: they must not be read into its rows).
@@ -159,6 +170,7 @@ class PreparedServingCase {
   int64_t q_strides_[4] = {0, 0, 0, 0};  // q's and o's
   int64_t kv_dims_[4] = {0, 0, 0, 0};
   int64_t kv_strides_[4] = {0, 0, 0, 0};
+  int64_t v_strides_[4] = {0, 0, 0, 0};  // kv_strides_, or V^T's (v_transposed)
   std::vector<unsigned char> q_, k_, v_;  // host tensors, contiguous (k, v: kv_strides_)
   // 0.3 inputs: descales [B, Hk] (empty = none), the bias, ALiBi slopes.
   std::vector<float> q_descale_, k_descale_, v_descale_, alibi_;

@@ -59,6 +59,36 @@ TEST_CASE("cpu_tiled over the inference-numerics matrix") {
   }
 }
 
+TEST_CASE("a transposed V (v.strides[2] = 1, the FP8 MMA's layout) runs on cpu_tiled like an ordinary one") {
+  // cuda_sm90_ws's FP8 kernel needs V stored as [B, Hk, D, Nk]; the other
+  // kernels run it through their strides (registry: kFeatureTransposedV).
+  // Here the harness's transposed V (common/serving_case.h, padded rows
+  // holding NaN) against the reference, all-FP8 and 16-bit, beside the
+  // ordinary layout.
+  CpuHandle handle;
+  ft::HostMemory memory;
+  for (fmha_dtype t : {FMHA_DTYPE_F8E4M3, FMHA_DTYPE_BF16}) {
+    ft::ServingCase c;
+    c.dtype = c.kv_dtype = t;
+    c.o_dtype = FMHA_DTYPE_BF16;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.head_dim = 64;
+    c.len_q = c.len_k = {70, 70};
+    c.q_layout = ft::QLayout::kDense;
+    c.kv_layout = ft::KvLayout::kDense;
+    c.mask_flags = FMHA_MASK_CAUSAL;
+    c.q_descale = c.k_descale = c.v_descale = t == FMHA_DTYPE_F8E4M3;
+    ft::RunOptions opt;
+    opt.kernel = "cpu_tiled";
+    const ft::CaseResult plain = ft::PreparedServingCase(c).run(handle.get(), memory, opt);
+    c.v_transposed = true;
+    const ft::CaseResult transposed = ft::PreparedServingCase(c).run(handle.get(), memory, opt);
+    CHECK_MESSAGE(plain.ok(), plain.report());
+    CHECK_MESSAGE(transposed.ok(), transposed.report());
+  }
+}
+
 TEST_CASE("FP8: every byte decodes exactly (E4M3 saturating OCP with its one NaN, E5M2 with inf)") {
   // Each byte 0..255 as one column of v with a single key: the softmax
   // weight is exactly 1, so o (F32) is v's decoded value, bit for bit.

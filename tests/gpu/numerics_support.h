@@ -36,7 +36,11 @@ struct KernelNumerics {
 // fp8 and mixed are an FP8 KV cache under an F16/BF16 q with o in q's
 // dtype: the other combinations (an FP8 q, o in another dtype) it declines
 // without naming a numerics feature ("FP8 q is not run", "does not run
-// dtype F32", "o in another dtype than q is not run").
+// dtype F32", "o in another dtype than q is not run"). cuda_sm90_ws runs
+// FP8 only as q, k and v all of one FP8 dtype with V stored transposed
+// (v.strides[2] = 1) and o F16/BF16 (test_gpu_sm90_fp8.cpp), which no case
+// of the shared matrices is: for them its fp8 and mixed stay false, and its
+// reasons name a dtype ("does not run dtype ...") or mixed dtypes.
 inline constexpr KernelNumerics kKernelNumerics[] = {
     //  kernel           fp8    mixed  descale bias   alibi  descale_fp8_kv bias_16bit_kv
     {"cuda_sm90_ws", false, false, true, true, true},

@@ -249,17 +249,21 @@ TEST_CASE("bias and ALiBi on ragged and paged batches: local positions per seque
 TEST_CASE("descales on cuda_sm90_ws (folded into the score factor, v_descale on O), with and without a bias") {
   std::vector<ServingCase> cases;
   for (int64_t d : {64, 128, 256})
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < 6; ++variant) {
+      // 4 and 5: 0 and 2 with every other k descale negative (the scores'
+      // sign flips, the running max must stay a max), 5 with ALiBi too.
+      const int base = variant == 4 ? 0 : variant == 5 ? 2 : variant;
       ServingCase c = make(variant % 2 ? BF16 : F16, 4, 2, d, {200, 200}, {261, 261});
-      c.q_descale = variant != 1;
+      c.q_descale = base != 1;
       c.k_descale = true;
-      c.v_descale = variant != 2;
-      c.mask_flags = variant == 0 ? kBR : FMHA_MASK_NONE;
-      c.softcap = variant == 3 ? 15.f : 0.f;
-      if (variant >= 2) {
+      c.negative_k_descale = variant >= 4;
+      c.v_descale = base != 2;
+      c.mask_flags = base == 0 ? kBR : FMHA_MASK_NONE;
+      c.softcap = base == 3 ? 15.f : 0.f;
+      if (base >= 2) {
         c.bias = BiasPattern::kMask;
         c.bias_dtype = F16;
-        c.alibi = variant == 3 ? 2 : 0;
+        c.alibi = base == 3 || variant == 5 ? 2 : 0;
       }
       cases.push_back(c);
     }
@@ -271,4 +275,67 @@ TEST_CASE("descales on cuda_sm90_ws (folded into the score factor, v_descale on 
   int major = 0;
   REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
   run_group("descales", cases, {0, 1, 3}, major == 9 ? kSm90 : nullptr);
+}
+
+// cuda_sm90_ws stages a 16-bit bias through the copy engine when it can
+// address it (keys contiguous, base and strides 16-byte aligned; a bias
+// broadcast over queries as one shared row), cuda_sm80_tc per warp with
+// cp.async (the same alignment, without softcap), and both load the
+// elements from global memory otherwise (an F32 bias, strides that are no
+// multiple of 8 elements). Both paths, each bias pattern (broadcast heads and batches on
+// the map's extent-1 coordinates), every mask and softcap (the bias added
+// after the tanh), ALiBi on both sides of the diagonal and across it,
+// lengths off every tile, key splits, ragged and paged batches, and keys
+// that the bias hides from every row while their V holds NaN and inf (the
+// staged path scans V only where a bias tile hides a key).
+TEST_CASE("bias staged by the copy engine and by global loads: strides, broadcasts, masks, hidden keys, ALiBi") {
+  constexpr BiasSpec kSpecs[] = {
+      {BiasPattern::kFull, F16}, {BiasPattern::kMask, BF16}, {BiasPattern::kKeyPadding, F16},
+      {BiasPattern::kFull, BF16}, {BiasPattern::kMask, F16}, {BiasPattern::kKeyPadding, BF16},
+      {BiasPattern::kFull, F32},
+  };
+  std::vector<ServingCase> cases;
+  int n = 0;
+  // Nk = 264 and 1000: rows of 16-byte multiples (staged); 261: not (loaded).
+  for (int64_t nk : {264, 261, 1000})
+    for (const BiasSpec& b : kSpecs) {
+      const int64_t d = n % 4 == 3 ? (n % 8 == 3 ? 64 : 256) : 128;
+      ServingCase c = make(n % 2 ? BF16 : F16, 4, 2, d, {nk == 1000 ? 300 : 200, nk == 1000 ? 300 : 200}, {nk, nk});
+      set_mask(&c, kMasks[n % 5]);
+      c.bias = b.pattern;
+      c.bias_dtype = b.dtype;
+      c.alibi = n % 3 == 0 ? 1 + (n / 3) % 2 : 0;
+      c.hidden_nonfinite_v = n % 2 == 0;
+      ++n;
+      cases.push_back(c);
+    }
+  // Ragged (max Nk 200) and paged (16-key pages) with a staged bias and hidden keys.
+  for (const BiasSpec& b : {BiasSpec{BiasPattern::kFull, F16}, BiasSpec{BiasPattern::kKeyPadding, BF16}}) {
+    ServingCase c = make(F16, 4, 2, 128, {5, 0, 70, 133, 9}, {5, 7, 40, 200, 0}, QLayout::kRagged, KvLayout::kRagged);
+    c.bias = b.pattern;
+    c.bias_dtype = b.dtype;
+    c.mask_flags = b.dtype == F16 ? kBR : 0u;
+    c.alibi = 2;
+    c.hidden_nonfinite_v = true;
+    cases.push_back(c);
+    c = make(BF16, 8, 2, 128, {16, 1, 140}, {80, 300, 141}, QLayout::kRagged, KvLayout::kPaged);
+    c.page_size = 16;
+    c.bias = b.pattern;
+    c.bias_dtype = b.dtype;
+    c.mask_flags = kBR;
+    c.softcap = b.dtype == F16 ? 0.f : 10.f;
+    c.hidden_nonfinite_v = true;
+    cases.push_back(c);
+  }
+  // Decode (the GQA group packed into one sm80 unit: each staged row its own head).
+  for (int64_t nq : {1, 3}) {
+    ServingCase c = make(nq == 1 ? F16 : BF16, 8, 2, 128, {nq, nq}, {1024, 1024});
+    c.mask_flags = kBR;
+    c.bias = nq == 1 ? BiasPattern::kFull : BiasPattern::kMask;
+    c.bias_dtype = nq == 1 ? F16 : BF16;
+    c.alibi = nq == 1 ? 0 : 2;
+    c.hidden_nonfinite_v = true;
+    cases.push_back(c);
+  }
+  run_group("staged and loaded bias", cases, {1, 3});
 }

@@ -6,22 +6,30 @@
 // pages that no sequence owns must stay out of every answer). Decode (Nq =
 // 1..8 per sequence, GQA-packed into the narrow tile) with forced key
 // splits, causal prefill on the wide tile, dense, seqused_k, ragged and
-// paged layouts; negative k descales. Then what the family still refuses,
-// with the reason explain gives: an FP8 q, o in another dtype than q,
-// descales with 16-bit K/V.
+// paged layouts; negative k descales. The in-register FP8 conversion: every
+// byte of each format decoded exactly into o, and a NaN / inf v row that
+// must reach only the rows that see its key (NonFiniteV's guard on the raw
+// FP8 tile). Then what the family still refuses, with the reason explain
+// gives: an FP8 q, o in another dtype than q, descales with 16-bit K/V.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
 
+#include <cmath>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "common/fp8_decode_case.h"
+#include "common/numeric_types.h"
 #include "common/random.h"
 #include "common/serving_case.h"
 #include "gpu/gpu_support.h"
 
 namespace {
 
+using fmha_gpu_test::CudaBuffer;
 using fmha_gpu_test::CudaMemory;
 using fmha_gpu_test::GpuHandle;
 using fmha_test::KvLayout;
@@ -206,6 +214,129 @@ TEST_CASE("sm80 FP8 K/V: negative k descales (the scores' sign flips), with and 
       cases.push_back(c);  // prefill (wide tile)
     }
   run_group("fp8 kv negative descales", cases, {1, 3});
+}
+
+// One forward of [1, H=1, N, D] tensors on cuda_sm80_tc forced: q (and o)
+// of dtype qt, k/v of FP8 kind kv, o poisoned first. Returns false when
+// this build lacks the instantiation (the message says so), else requires
+// success and fills `o_host` with o as floats.
+bool run_raw(fmha_dtype qt, fmha_dtype kv, int64_t nq, int64_t nk, int64_t d, uint32_t mask,
+             const std::vector<uint16_t>& q_bits, const std::vector<uint8_t>& k_bytes,
+             const std::vector<uint8_t>& v_bytes, std::vector<float>* o_host) {
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  CudaBuffer q(nq * d * 2), k(nk * d), v(nk * d), o(nq * d * 2), lse(nq * 4);
+  REQUIRE((q.ok() && k.ok() && v.ok() && o.ok() && lse.ok()));
+  REQUIRE(cudaMemcpy(q.get(), q_bits.data(), q.bytes(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(k.get(), k_bytes.data(), k.bytes(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(v.get(), v_bytes.data(), v.bytes(), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemset(o.get(), 0x7d, o.bytes()) == cudaSuccess);  // poison (a finite value in both dtypes)
+  fmha_forward_params p;
+  fmha_forward_params_init(&p);
+  auto view = [](fmha_tensor* x, void* data, fmha_dtype dt, int64_t n, int64_t dd) {
+    x->data = data;
+    x->dtype = dt;
+    const int64_t dims[4] = {1, 1, n, dd}, strides[4] = {n * dd, n * dd, dd, 1};
+    std::memcpy(x->dims, dims, sizeof dims);
+    std::memcpy(x->strides, strides, sizeof strides);
+  };
+  view(&p.q, q.get(), qt, nq, d);
+  view(&p.k, k.get(), kv, nk, d);
+  view(&p.v, v.get(), kv, nk, d);
+  view(&p.o, o.get(), qt, nq, d);
+  p.lse = static_cast<float*>(lse.get());
+  p.mask_flags = mask;
+  p.kernel = "cuda_sm80_tc";
+  size_t bytes = 0;
+  const fmha_status ws = fmha_forward_workspace_size(h.get(), &p, &bytes);
+  if (ws != FMHA_SUCCESS) {
+    const std::string msg = fmha_last_error_message();
+    CHECK_MESSAGE(msg.find("not instantiated") != std::string::npos, msg);
+    return false;
+  }
+  CudaBuffer w(bytes);
+  REQUIRE(w.ok());
+  REQUIRE_MESSAGE(fmha_forward(h.get(), &p, w.get(), bytes) == FMHA_SUCCESS, fmha_last_error_message());
+  std::vector<uint16_t> out(nq * d);
+  REQUIRE(cudaMemcpy(out.data(), o.get(), o.bytes(), cudaMemcpyDeviceToHost) == cudaSuccess);
+  o_host->resize(out.size());
+  for (size_t i = 0; i < out.size(); ++i)
+    (*o_host)[i] = qt == FMHA_DTYPE_F16 ? fmha_test::half_to_float(out[i]) : fmha_test::bf16_to_float(out[i]);
+  return true;
+}
+
+uint16_t bits_of(fmha_dtype t, float x) {
+  return t == FMHA_DTYPE_F16 ? fmha_test::float_to_half(x) : fmha_test::float_to_bf16(x);
+}
+
+TEST_CASE("sm80 FP8 K/V: every FP8 byte decodes exactly through the register conversion") {
+  // fp8_decode_case.h's check with a 16-bit q and o: a single key, so the
+  // softmax weight is exactly 1 and o column d is byte d's decoded value,
+  // which F16 and BF16 hold exactly; an inf may come out NaN (fmha.h: "NaN
+  // or inf"), a NaN must.
+  constexpr int64_t D = fmha_test::kFp8DecodeD;
+  int ran = 0;
+  for (fmha_dtype qt : kQTypes)
+    for (fmha_dtype kv : kKvTypes) {
+      CAPTURE(fmha_test::dtype_label(qt));
+      CAPTURE(fmha_test::dtype_label(kv));
+      const fmha_test::Fp8DecodeInputs in = fmha_test::fp8_decode_inputs(kv);
+      const std::vector<uint16_t> q(D, bits_of(qt, 0.5f));
+      std::vector<float> o;
+      if (!run_raw(qt, kv, 1, 1, D, FMHA_MASK_NONE, q, in.qk, in.v, &o)) continue;
+      ++ran;
+      int nans = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        CAPTURE(d);
+        const float want = fmha_test::fp8_to_float(static_cast<uint8_t>(d), kv);
+        if (std::isnan(want)) {
+          ++nans;
+          CHECK(std::isnan(o[d]));
+        } else if (std::isinf(want)) {
+          CHECK((std::isnan(o[d]) || o[d] == want));
+        } else {
+          CHECK(o[d] == want);
+        }
+      }
+      CHECK(nans == (kv == FMHA_DTYPE_F8E4M3 ? 2 : 6));
+    }
+  MESSAGE("every-byte decode: " << ran << " of 4 (q dtype, FP8 kind) runs");
+}
+
+TEST_CASE("sm80 FP8 K/V: a non-finite v row reaches only the rows that see its key (causal)") {
+  // Causal N = 150 (several key tiles and the 16-row tiles of the FP8
+  // tile), random finite q / k / v except v row kBad: NaN bytes (e4m3
+  // 0x7f) or inf (e5m2 0x7c). Rows before kBad never see it and must stay
+  // finite (a 0 * NaN in the P V product would leak it); rows from kBad
+  // on see it with a non-zero weight: NaN or inf in every column.
+  constexpr int64_t N = 150, D = 128, kBad = 70;
+  std::mt19937 rng(20261201);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  int ran = 0;
+  for (fmha_dtype qt : kQTypes)
+    for (fmha_dtype kv : kKvTypes) {
+      CAPTURE(fmha_test::dtype_label(qt));
+      CAPTURE(fmha_test::dtype_label(kv));
+      std::vector<uint16_t> q(N * D);
+      std::vector<uint8_t> k(N * D), v(N * D);
+      for (auto& x : q) x = bits_of(qt, u(rng));
+      for (auto& x : k) x = fmha_test::float_to_fp8(u(rng), kv);
+      for (auto& x : v) x = fmha_test::float_to_fp8(u(rng), kv);
+      for (int64_t e = 0; e < D; ++e) v[kBad * D + e] = kv == FMHA_DTYPE_F8E4M3 ? 0x7f : 0x7c;
+      std::vector<float> o;
+      if (!run_raw(qt, kv, N, N, D, FMHA_MASK_CAUSAL, q, k, v, &o)) continue;
+      ++ran;
+      int leaked = 0, missing = 0;
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t e = 0; e < D; ++e) {
+          const float x = o[i * D + e];
+          if (i < kBad) leaked += !std::isfinite(x);
+          else missing += std::isfinite(x);
+        }
+      CHECK(leaked == 0);
+      CHECK(missing == 0);
+    }
+  CHECK(ran > 0);
 }
 
 TEST_CASE("sm80 FP8 K/V: what the family refuses names the reason") {

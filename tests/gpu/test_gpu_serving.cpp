@@ -1,6 +1,6 @@
 // Serving layouts (fmha.h 0.2) on every CUDA kernel: ragged queries and
 // keys, seqused_k over a dense KV cache, paged K/V with shuffled pages of
-// 1, 16, 64 and 256 keys, sequences of 0 and 1 rows or keys, Nq > Nk inside
+// 1, 8, 16, 24, 64, 96 and 256 keys, sequences of 0 and 1 rows or keys, Nq > Nk inside
 // a sequence, both causal alignments and windows per sequence, GQA and MQA,
 // and decode (Nq = 1..8 per sequence, GQA-packed) with key splits, in F16
 // and BF16; each forced by name and on the automatic choice, against the
@@ -236,6 +236,35 @@ TEST_CASE("serving: decode Nq = 1..8, GQA 32/8 D=128, paged and seqused_k, split
       cases.push_back(c);
     }
   run_group("decode", cases, {0, 1, 8, 40});
+}
+
+TEST_CASE("serving: paged gather edges, page sizes 8..256, pages across key tiles and splits, Nk 0, 1, odd") {
+  // cuda_sm80_tc stages a key tile's block-table entries in shared memory
+  // one tile ahead: page runs of 16/32/64 keys, one page per tile (64,
+  // 256), page sizes that are no run (8, 24) and pages straddling key tiles
+  // and split boundaries (24, 96, 256 with 3 and 7 splits); sequences of 0
+  // and 1 keys, one key past a tile (65), odd lengths; the decode tile
+  // (GQA 32/8 packed) and the prefill tile (Nq 40 x GQA 8/2, unpacked).
+  std::vector<ServingCase> cases;
+  int n = 0;
+  for (int64_t ps : {8, 16, 24, 64, 96, 256})
+    for (bool decode : {true, false}) {
+      const fmha_dtype dt = decode || n % 4 != 1 ? FMHA_DTYPE_BF16 : FMHA_DTYPE_F16;
+      ServingCase c = decode ? base(dt, 32, 8, 128) : base(dt, 8, 2, 128);
+      c.kv_layout = KvLayout::kPaged;
+      c.page_size = ps;
+      c.storage = n % 2 ? PageStorage::kTokenMajor : PageStorage::kHeadMajor;
+      c.shuffle_pages = true;
+      c.spare_pages = 2;
+      c.table_slack = 1 + n % 2;
+      c.len_k = {0, 1, 65, 1000, 777, 64};
+      c.len_q = std::vector<int64_t>(c.len_k.size(), decode ? 1 : 40);
+      c.q_layout = n % 3 == 0 ? QLayout::kRagged : QLayout::kDense;
+      c.mask_flags = decode ? FMHA_MASK_NONE : FMHA_MASK_CAUSAL;
+      cases.push_back(c);
+      ++n;
+    }
+  run_group("paged edges", cases, {0, 1, 3, 7, 16});
 }
 
 TEST_CASE("serving: softcap, explicit scale and no lse on ragged paged problems") {

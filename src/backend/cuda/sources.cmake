@@ -31,13 +31,25 @@ list(APPEND FMHA_SOURCES
 # specialization, and a registry row's head-dim column holds at most 6.
 # cuda_sm80_tc also takes <dtype>_f8kv:<head_dim>: q (and o) in f16/bf16
 # with an FP8 K/V cache (either FP8 kind, a run-time branch), instantiated
-# only for the head dims of KV caches in use (64, 128, 256).
+# only for the head dims of KV caches in use (64, 128, 256), on its own
+# decode and prefill tiles (Sm80Tuning::NarrowFp8Kv, WideFp8Kv).
 set(FMHA_SM80_INSTANCES
   "f16:32;f16:64;f16:96;f16:128;f16:256;bf16:32;bf16:64;bf16:96;bf16:128;bf16:256;f16_f8kv:64;f16_f8kv:128;f16_f8kv:256;bf16_f8kv:64;bf16_f8kv:128;bf16_f8kv:256"
   CACHE STRING "cuda_sm80_tc instantiations, dtype:head_dim pairs (dtype f16, bf16, f16_f8kv or bf16_f8kv)")
+# cuda_sm90_ws also takes e4m3:<head_dim> / e5m2:<head_dim>: q, k and v all
+# FP8 (V transposed), o F16 or BF16, on wgmma FP8 (head dim 128 only).
 set(FMHA_SM90_INSTANCES
-  "f16:64;f16:128;f16:256;bf16:64;bf16:128;bf16:256"
-  CACHE STRING "cuda_sm90_ws instantiations, dtype:head_dim pairs (dtype f16 or bf16)")
+  "f16:64;f16:128;f16:256;bf16:64;bf16:128;bf16:256;e4m3:128"
+  CACHE STRING "cuda_sm90_ws instantiations, dtype:head_dim pairs (dtype f16, bf16, e4m3 or e5m2)")
+
+# Benchmarking builds only: the sm90 FP8 units also compile the candidate tile
+# configs that FMHA_SM90_FP8_TILE picks at run time (fp8_tile_config.h).
+option(FMHA_SM90_FP8_EXPERIMENTS "cuda_sm90_ws FP8: compile the candidate tile configs too" OFF)
+if(FMHA_SM90_FP8_EXPERIMENTS)
+  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 1)
+else()
+  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 0)
+endif()
 
 # cuda_sm80_tc's dense instantiations (16-bit units): each tile (wide:
 # prefill, 128 rows; narrow: decode, 16 rows) has a plain and a softcap
@@ -78,10 +90,32 @@ function(fmha_kernel_instances family FAMILY out_var)
   set(dims "")
   set(dtypes "")
   set(fp8kv_xs "")
+  set(fp8_xs "")
   foreach(entry IN LISTS FMHA_${FAMILY}_INSTANCES)
+    if(family STREQUAL "sm90" AND entry MATCHES "^(e4m3|e5m2):([0-9]+)$")
+      # FP8 q, k and v (sm90 only): its own unit template and list.
+      set(FMHA_${FAMILY}_DTYPE ${CMAKE_MATCH_1})
+      set(FMHA_${FAMILY}_D ${CMAKE_MATCH_2})
+      if(CMAKE_MATCH_1 STREQUAL "e4m3")
+        set(FMHA_${FAMILY}_T __nv_fp8_e4m3)
+        set(enum FMHA_DTYPE_F8E4M3)
+      else()
+        set(FMHA_${FAMILY}_T __nv_fp8_e5m2)
+        set(enum FMHA_DTYPE_F8E5M2)
+      endif()
+      set(unit ${gen}/fwd_${FMHA_${FAMILY}_DTYPE}_d${FMHA_${FAMILY}_D}.cu)
+      string(APPEND fp8_xs " X(${enum}, ${FMHA_${FAMILY}_T}, ${FMHA_${FAMILY}_D})")
+      # and the o dtypes it writes (the registry row checks o's dtype too)
+      list(APPEND dtypes ${enum} FMHA_DTYPE_F16 FMHA_DTYPE_BF16)
+      configure_file(${src}/fwd_fp8_instance.cu.in ${unit} @ONLY)
+      list(APPEND units ${unit})
+      list(APPEND dims ${FMHA_${FAMILY}_D})
+      continue()
+    endif()
     if(NOT entry MATCHES "^(f16|bf16)(_f8kv)?:([0-9]+)$" OR (CMAKE_MATCH_2 AND NOT family STREQUAL "sm80"))
       message(FATAL_ERROR "FMHA_${FAMILY}_INSTANCES: '${entry}' is not f16:<head_dim> or bf16:<head_dim>"
-                          " (sm80 also: f16_f8kv:<head_dim>, bf16_f8kv:<head_dim>)")
+                          " (sm80 also: f16_f8kv:<head_dim>, bf16_f8kv:<head_dim>; sm90 also: e4m3:<head_dim>,"
+                          " e5m2:<head_dim>)")
     endif()
     set(fp8kv ${CMAKE_MATCH_2})
     set(FMHA_${FAMILY}_DTYPE ${CMAKE_MATCH_1}${CMAKE_MATCH_2})
@@ -112,6 +146,7 @@ function(fmha_kernel_instances family FAMILY out_var)
   list(REMOVE_DUPLICATES dtypes)
   set(FMHA_${FAMILY}_INSTANCE_XS "${xs}")
   set(FMHA_${FAMILY}_FP8KV_INSTANCE_XS "${fp8kv_xs}")
+  set(FMHA_${FAMILY}_FP8_INSTANCE_XS "${fp8_xs}")
   list(LENGTH dims FMHA_${FAMILY}_HEAD_DIM_COUNT)
   string(REPLACE ";" ", " FMHA_${FAMILY}_HEAD_DIM_LIST "${dims}")
   set(FMHA_${FAMILY}_HEAD_DIM_TEXT "${FMHA_${FAMILY}_HEAD_DIM_LIST}")
@@ -132,6 +167,28 @@ endfunction()
 # cuda_sm80_tc: its units build with the library's architectures.
 fmha_kernel_instances(sm80 SM80 _sm80_units)
 list(APPEND FMHA_SOURCES ${_sm80_units})
+# Experiments only: another D=128 FP8 K/V tile (sm80/tile_config.h), given
+# to the FP8 units and the host plan (sm80_forward.cu), which must agree.
+set(FMHA_SM80_FP8KV_TILE_D128 "" CACHE STRING
+    "experiments: cuda_sm80_tc's D=128 FP8 K/V tile as kBlockN,kMinBlocksPerSm,kRawStages (empty: the tuned one)")
+if(FMHA_SM80_FP8KV_TILE_D128)
+  if(NOT FMHA_SM80_FP8KV_TILE_D128 MATCHES "^[0-9]+,[0-9]+,[0-9]+$")
+    message(FATAL_ERROR "FMHA_SM80_FP8KV_TILE_D128: '${FMHA_SM80_FP8KV_TILE_D128}' is not kBlockN,kMinBlocksPerSm,kRawStages")
+  endif()
+  set(_fp8kv_sources backend/cuda/sm80/sm80_forward.cu)
+  foreach(unit IN LISTS _sm80_units)
+    if(unit MATCHES "_f8kv_d128\\.cu$")
+      list(APPEND _fp8kv_sources ${unit})
+    endif()
+  endforeach()
+  # Three definitions: nvcc would split one -D value at its commas.
+  string(REPLACE "," ";" _fp8kv_tile "${FMHA_SM80_FP8KV_TILE_D128}")
+  list(GET _fp8kv_tile 0 _fp8kv_n)
+  list(GET _fp8kv_tile 1 _fp8kv_ctas)
+  list(GET _fp8kv_tile 2 _fp8kv_stages)
+  set_source_files_properties(${_fp8kv_sources} PROPERTIES COMPILE_DEFINITIONS
+                              "FMHA_SM80_FP8KV_D128_N=${_fp8kv_n};FMHA_SM80_FP8KV_D128_CTAS=${_fp8kv_ctas};FMHA_SM80_FP8KV_D128_STAGES=${_fp8kv_stages}")
+endif()
 # cuda_sm90_ws: sm_90a machine code only, built as their own object library
 # (src/CMakeLists.txt) and linked into libfmha beside the other objects.
 fmha_kernel_instances(sm90 SM90 FMHA_SM90_KERNEL_SOURCES)

@@ -21,6 +21,14 @@ constexpr double kSplitSlack = 0.85;
 // launch cost more than they save (H200, cuda_sm80_tc, causal FP16 B=1 H=32
 // N=512, 8 key tiles: 24.6 us unsplit, 28.9 us with 2 splits, 35.0 us with 4).
 constexpr int64_t kMinKeyTilesToSplit = 16;
+// SplitShape::uneven_keys: at least this many waves, for grids past one
+// wave unsplit (H200, cuda_sm80_tc, BF16 GQA 32/8 D=128 decode, the mixed
+// B=64 seqused_k batch of 512 units: 0.232 / 0.189 / 0.187 / 0.202 / 0.226
+// ms at 1 / 3 / 4 / 8 / 16 splits, 75% -> 93% of copy at 4 = 5.2 waves; a
+// grid that fits one wave keeps the one-wave rule: B=16 paged, 128 units,
+// 0.160 ms at 3 splits against 0.177-0.217 at 4-16; docs/performance.md,
+// "Paged and mixed decode").
+constexpr double kUnevenMinWaves = 4.0;
 
 }  // namespace
 
@@ -33,21 +41,36 @@ FwdGrid fwd_grid(const Problem& p, int64_t pack, int64_t block_m) {
   return g;
 }
 
-int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_sms, int requested) {
+int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_sms, int requested,
+                  SplitShape shape) {
   if (requested == 1) return 1;
   if (requested > 1) return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({requested, kMaxFwdSplits, key_tiles})));
   const double slots = static_cast<double>(std::max(num_sms, 1)) * std::max(slots_per_sm, 1);
-  if (static_cast<double>(blocks) >= kFillThreshold * slots || key_tiles < kMinKeyTilesToSplit) return 1;
+  if (key_tiles < kMinKeyTilesToSplit || blocks <= 0) return 1;
   const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kMaxFwdSplits, key_tiles / 2));
-  auto efficiency = [&](int64_t s) {
-    const double waves = static_cast<double>(blocks * s) / slots;
-    return waves / std::ceil(waves);
+  auto waves = [&](int64_t s) { return static_cast<double>(blocks * s) / slots; };
+  auto efficiency = [&](int64_t s) { return waves(s) / std::ceil(waves(s)); };
+  // The fewest splits in [lo, cap] whose efficiency is within kSplitSlack
+  // of the best there, or 0 when lo > cap.
+  auto fewest_near_best = [&](int64_t lo) {
+    double best = 0;
+    for (int64_t s = lo; s <= cap; ++s) best = std::max(best, efficiency(s));
+    for (int64_t s = lo; s <= cap; ++s)
+      if (efficiency(s) >= kSplitSlack * best) return static_cast<int>(s);
+    return 0;
   };
-  double best = 0;
-  for (int64_t s = 1; s <= cap; ++s) best = std::max(best, efficiency(s));
-  for (int64_t s = 1; s <= cap; ++s)
-    if (efficiency(s) >= kSplitSlack * best) return static_cast<int>(s);
-  return 1;
+  if (shape.uneven_keys && static_cast<double>(blocks) >= kFillThreshold * slots) {
+    int64_t lo = 1;
+    while (lo <= cap && waves(lo) < kUnevenMinWaves) ++lo;
+    if (const int s = fewest_near_best(lo)) return s;
+  }
+  if (static_cast<double>(blocks) >= kFillThreshold * slots) return 1;
+  if (shape.stream_bound) {
+    const int64_t one_wave = std::clamp<int64_t>(static_cast<int64_t>(slots) / blocks, 1, cap);
+    if (waves(one_wave) >= kFillThreshold) return static_cast<int>(one_wave);
+  }
+  const int s = fewest_near_best(1);
+  return s > 0 ? s : 1;
 }
 
 size_t fwd_partials_bytes(const Problem& p, const FwdGrid& g) {

@@ -224,7 +224,25 @@ FwdGrid fwd_grid(const Problem& p, int64_t pack, int64_t block_m);
 // `num_sms * slots_per_sm` resident CTA slots or when the rows see few key
 // tiles, else the fewest splits whose wave efficiency is close to the best.
 // `key_tiles` is the most key tiles a query block visits.
-int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_sms, int requested);
+//
+// `shape` refines the automatic choice for decode-like tiles:
+// - stream_bound: the tile streams K/V at the memory's pace (decode), so a
+//   grid under kFillThreshold of the slots takes the most splits that still
+//   fit one wave when that wave fills kFillThreshold of the slots (every
+//   slot streaming, no second wave), not the fewest close to the best.
+// - uneven_keys: the sequences' key counts are per sequence and unknown to
+//   the host (seqused_k, ragged or paged K/V), so CTAs of one split count
+//   differ in length and whole waves mean little; a grid that does not fit
+//   one wave unsplit is split into at least kUnevenMinWaves waves (the
+//   fewest splits whose wave efficiency is close to the best of those), so
+//   short CTAs fill in behind long ones. Grids that fit one wave, or cannot
+//   reach that many waves, take the rules above.
+struct SplitShape {
+  bool stream_bound = false;
+  bool uneven_keys = false;
+};
+int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_sms, int requested,
+                  SplitShape shape = {});
 
 // Workspace bytes of the split partials of `g` (0 when unsplit; SIZE_MAX,
 // never allocatable, on overflow). The o part comes first, so it keeps the

@@ -143,6 +143,7 @@ struct ScoreMask {
                                                        int lane) {
     constexpr bool kTensor = !std::is_void<B>::value;
     const int j_lane = n0 + 2 * (lane & 3);  // the lane's first key; even, as n0 is a multiple of 8
+    const int side = kAlibi ? alibi_side(p, diag, row0, n0) : 0;
 #pragma unroll
     for (int ms = 0; ms < kMSlices; ++ms)
 #pragma unroll
@@ -173,23 +174,179 @@ struct ScoreMask {
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt) x[nt] = make_float2(0.f, 0.f);
         }
+        float2 a[kNTiles];
         if constexpr (kAlibi) {
           const float slope = p.alibi_slopes[w.b * p.alibi_stride + h];
-          // d(i) - (the lane's first key), in float: exact below 2^24, and
-          // the elements' distances are it minus compile-time offsets.
-          const float dist0 = static_cast<float>(i + diag - j_lane);
-#pragma unroll
-          for (int nt = 0; nt < kNTiles; ++nt) {
-            x[nt].x -= slope * fabsf(dist0 - static_cast<float>(nt * 8));
-            x[nt].y -= slope * fabsf(dist0 - static_cast<float>(nt * 8 + 1));
-          }
+          alibi_terms(a, kInit ? slope * f : slope, static_cast<float>(i + diag - j_lane), side);
         }
+        combine<kInit, kTensor, kAlibi>(s, ms, hh, x, a, f);
+      }
+  }
+
+  // Which side of the diagonal the warp's elements of key tile n0 lie on,
+  // uniform over the warp: +1 when every key is at or before d(i) for every
+  // row (|d(i) - j| = d(i) - j), -1 when at or after, 0 when the tile
+  // crosses some row's diagonal. Rows are unit rows from row0, as in apply().
+  __device__ __forceinline__ static int alibi_side(const FwdParams& p, int64_t diag, int row0, int n0) {
+    const int64_t d_lo = row0 / p.pack + diag, d_hi = (row0 + 16 * kMSlices - 1) / p.pack + diag;
+    return d_lo >= n0 + kNTiles * 8 - 1 ? 1 : d_hi <= n0 ? -1 : 0;
+  }
+
+  // ALiBi's terms of one row's lane elements: t = -slope * |dist0 - (8 nt +
+  // e)|, dist0 = d(i) - (the lane's first key), in float (exact below 2^24;
+  // the distances are dist0 minus compile-time offsets). On one side of the
+  // diagonal (alibi_side) the term is affine in the key, side * slope *
+  // (8 nt + e) - side * slope * dist0: one FFMA per element from a per-row
+  // base; a tile that crosses a diagonal takes the |.| per element.
+  // `slope` carries whatever factor the caller folds into the terms.
+  __device__ __forceinline__ static void alibi_terms(float2 (&t)[kNTiles], float slope, float dist0, int side) {
+    if (side != 0) {
+      const float a = side > 0 ? slope : -slope;
+      const float base = -a * dist0;
 #pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          s[ms][nt][2 * hh] = kInit ? x[nt].x * f : fmaf(s[ms][nt][2 * hh], f, x[nt].x);
-          s[ms][nt][2 * hh + 1] = kInit ? x[nt].y * f : fmaf(s[ms][nt][2 * hh + 1], f, x[nt].y);
+      for (int nt = 0; nt < kNTiles; ++nt)
+        t[nt] = make_float2(fmaf(a, static_cast<float>(nt * 8), base), fmaf(a, static_cast<float>(nt * 8 + 1), base));
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+        t[nt] = make_float2(-slope * fabsf(dist0 - static_cast<float>(nt * 8)),
+                            -slope * fabsf(dist0 - static_cast<float>(nt * 8 + 1)));
+    }
+  }
+
+  // Row hh of slice ms: kInit: s = x * f + a (a carries f already); else
+  // s = s * f + x + a. x: the bias elements (kTensor), a: ALiBi's (kAlibi).
+  template <bool kInit, bool kTensor, bool kAlibi>
+  __device__ __forceinline__ static void combine(Acc& s, int ms, int hh, const float2 (&x)[kNTiles],
+                                                 const float2 (&a)[kNTiles], float f) {
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& y = s[ms][nt][2 * hh + e];
+        if constexpr (kTensor && kAlibi) {
+          const float xe = e ? x[nt].y : x[nt].x, ae = e ? a[nt].y : a[nt].x;
+          y = kInit ? fmaf(xe, f, ae) : fmaf(y, f, xe) + ae;
+        } else if constexpr (kTensor) {
+          const float xe = e ? x[nt].y : x[nt].x;
+          y = kInit ? xe * f : fmaf(y, f, xe);
+        } else if constexpr (kAlibi) {
+          const float ae = e ? a[nt].y : a[nt].x;
+          y = kInit ? ae : fmaf(y, f, ae);
         }
       }
+  }
+
+  // ALiBi's constants of the lane's rows over a work tile: the slope (times
+  // `factor`, the one the caller folds into the terms: bias_terms' f when
+  // the terms start the accumulator, else 1) and d(i) as float (exact below
+  // 2^24), so a key tile's terms need no head lookup, division or slope
+  // load (alibi_only, staged_bias_terms).
+  struct AlibiRows {
+    float slope[kMSlices][2];
+    float d[kMSlices][2];
+  };
+  __device__ __forceinline__ static AlibiRows alibi_rows(const FwdParams& p, const WorkTile& w, int64_t diag,
+                                                         float factor, int row0, int lane) {
+    AlibiRows a;
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        int64_t h;
+        int i;
+        w.locate(p, row0 + ms * 16 + (lane >> 2) + 8 * hh, &h, &i);
+        a.slope[ms][hh] = p.alibi_slopes[w.b * p.alibi_stride + h] * factor;
+        a.d[ms][hh] = static_cast<float>(i + diag);
+      }
+    return a;
+  }
+
+  // ALiBi alone (no bias tensor) on key tile n0, from the rows' constants:
+  // kInit: s = the terms (a carries f); else s = s * f + the terms.
+  template <bool kInit>
+  __device__ __forceinline__ static void alibi_only(Acc& s, const AlibiRows& a, const FwdParams& p, int64_t diag,
+                                                    float f, int row0, int n0, int lane) {
+    const int side = alibi_side(p, diag, row0, n0);
+    const float j_lane = static_cast<float>(n0 + 2 * (lane & 3));
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float2 t[kNTiles];
+        alibi_terms(t, a.slope[ms][hh], a.d[ms][hh] - j_lane, side);
+        combine<kInit, false, true>(s, ms, hh, t, t, f);
+      }
+  }
+
+  // The bias (and ALiBi) terms with the bias tile staged in shared memory
+  // (B: a 16-bit type) instead of loaded from global memory per element:
+  // 128-byte-swizzled panels of 64 keys (the copy engine's), key k of tile
+  // row r at byte (k / 64) panel_bytes + 128 r + 16 ((k % 64) / 8 ^ r % 8) +
+  // 2 (k % 8) from `tile` (a shared address, 128-aligned), read with
+  // ldmatrix (four n8 tiles of 8 rows each per instruction): the 8 rows of
+  // an n8 tile fall on 8 distinct chunk columns, so the reads are free of
+  // bank conflicts. tile_row0: the tile row of unit
+  // row row0; row_bcast: the tile holds one row, shared by every query (a
+  // bias broadcast over Nq). Same kInit / f as bias_terms; `alibi`: the
+  // rows' ALiBi constants (read when p.alibi_slopes is set). Returns whether
+  // one of the lane's elements is -inf (a key the row does not see).
+  template <bool kInit>
+  __device__ __forceinline__ static bool staged_bias_terms(Acc& s, const FwdParams& p, const AlibiRows& alibi,
+                                                           int64_t diag, float f, int row0, int n0, int lane,
+                                                           uint32_t tile, int panel_bytes, int tile_row0,
+                                                           bool row_bcast) {
+    const bool bf16 = p.bias_dtype == FMHA_DTYPE_BF16;
+    if (p.alibi_slopes != nullptr)
+      return bf16 ? staged_as<__nv_bfloat16, kInit, true>(s, p, alibi, diag, f, row0, n0, lane, tile, panel_bytes,
+                                                         tile_row0, row_bcast)
+                  : staged_as<__half, kInit, true>(s, p, alibi, diag, f, row0, n0, lane, tile, panel_bytes, tile_row0,
+                                                   row_bcast);
+    return bf16 ? staged_as<__nv_bfloat16, kInit, false>(s, p, alibi, diag, f, row0, n0, lane, tile, panel_bytes,
+                                                        tile_row0, row_bcast)
+                : staged_as<__half, kInit, false>(s, p, alibi, diag, f, row0, n0, lane, tile, panel_bytes, tile_row0,
+                                                  row_bcast);
+  }
+  template <class B, bool kInit, bool kAlibi>
+  __device__ __forceinline__ static bool staged_as(Acc& s, const FwdParams& p, const AlibiRows& alibi,
+                                                   int64_t diag, float f, int row0, int n0, int lane, uint32_t tile,
+                                                   int panel_bytes, int tile_row0, bool row_bcast) {
+    using B2 = typename std::conditional<std::is_same<B, __half>::value, __half2, __nv_bfloat162>::type;
+    static_assert(kNTiles % 4 == 0, "whole ldmatrix x4 groups of n8 tiles");
+    const float j_lane = static_cast<float>(n0 + 2 * (lane & 3));
+    const int side = kAlibi ? alibi_side(p, diag, row0, n0) : 0;
+    B2 lowest = B2{};  // the lane's least element pair (a -inf wins every min)
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        // ldmatrix x4: matrix m of group g is the 8 rows x 8 keys of n8 tile
+        // 4 g + m, its row addresses from lanes 8 m .. 8 m + 7; lane l gets
+        // its row l / 4, keys 2 (l % 4) and + 1: the accumulator's pair.
+        const int ar = row_bcast ? 0 : tile_row0 + ms * 16 + 8 * hh + (lane & 7);  // the row this lane addresses
+        float2 x[kNTiles];
+#pragma unroll
+        for (int g = 0; g < kNTiles / 4; ++g) {
+          const int nt = 4 * g + (lane >> 3);
+          const uint32_t addr = tile + (nt / 8) * panel_bytes + ar * 128 + (((nt % 8) ^ (ar % 8)) << 4);
+          uint32_t raw[4];
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                       : "=r"(raw[0]), "=r"(raw[1]), "=r"(raw[2]), "=r"(raw[3])
+                       : "r"(addr)
+                       : "memory");
+#pragma unroll
+          for (int m = 0; m < 4; ++m) {
+            const B2 pair = *reinterpret_cast<const B2*>(&raw[m]);
+            lowest = ms == 0 && hh == 0 && g == 0 && m == 0 ? pair : __hmin2(lowest, pair);
+            x[4 * g + m] = to_float2<B>(raw[m]);
+          }
+        }
+        float2 a[kNTiles];
+        if constexpr (kAlibi) alibi_terms(a, alibi.slope[ms][hh], alibi.d[ms][hh] - j_lane, side);
+        combine<kInit, true, kAlibi>(s, ms, hh, x, a, f);
+      }
+    const float2 m = to_float2<B>(*reinterpret_cast<const uint32_t*>(&lowest));
+    return m.x == kNegInf || m.y == kNegInf;
   }
 
   // Keys outside row i's visible range [lo(i), hi(i)) (core/mask.h) -> -inf.

@@ -23,15 +23,16 @@
 // template parameter (1, 2, 3, 4 or 8) so that the accumulation loop has no
 // branches: its loads are unconditional (dims past head_dim read the row's
 // last element and are never stored), so the unrolled iterations keep the
-// loads of several splits in flight instead of waiting out one L2 round trip
-// per split. Every sum has a fixed order (per lane in split order, then a
+// loads of several splits (kSplitsInFlight) in flight instead of waiting out
+// one L2 round trip per split. Every sum has a fixed order (per lane in split order, then a
 // fixed butterfly; the o sums in split order), so the result does not depend
 // on the launch.
 #include "backend/cuda/common/split_combine.h"
 
-#include "backend/cuda/common/device_math.cuh"
+#include <atomic>
+#include <type_traits>
 
-#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/common/device_math.cuh"
 #include "core/error.h"
 
 namespace fmha::cuda {
@@ -46,6 +47,18 @@ static_assert(kCombineMaxSplits % kWarpSize == 0 && kCombineMaxHeadDim % kWarpSi
 template <class T, int kC>
 __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
     split_combine_kernel(const __grid_constant__ SplitCombineParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // A programmatic dependent launch (SplitCombineParams::dependent_launch)
+  // may start before the forward kernel has written its partials; an
+  // ordinary launch returns at once.
+  cudaGridDependencySynchronize();
+#endif
+  // Splits whose o loads are issued before the first is used: a decode
+  // step's combine is a few rows (B=1 GQA 32/8: 32) over up to 64 splits,
+  // bound by L2 round trips, not bandwidth (one split at a time: ~25
+  // round trips for 49 splits, a few us; 16 at a time: 5). Multiples of 4.
+  constexpr int kSplitsInFlight = kC <= 4 ? 16 : 8;
+  static_assert(kSplitsInFlight % 4 == 0, "the tail below takes 4, then 1 at a time");
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
   const int D = p.head_dim;
@@ -118,16 +131,30 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
       if (s0 >= p.splits) break;
       const int n = p.splits - s0 < kWarpSize ? p.splits - s0 : kWarpSize;
       const float* base = src + s0 * split_stride;
-#pragma unroll 4
-      for (int j = 0; j < n; ++j) {
-        const float w = __shfl_sync(0xffffffffu, a[k], j);
-        const float* row = base + j * split_stride;
-        float v[kC];
+      // Splits j .. j + kB - 1: every o load first, then the sums in split
+      // order (in-order issue would otherwise stall each pass's FMAs on its
+      // own loads, ~2 splits in flight whatever the unroll).
+      auto batch = [&](auto kb, int j) {
+        constexpr int kB = decltype(kb)::value;
+        float v[kB][kC];
 #pragma unroll
-        for (int c = 0; c < kC; ++c) v[c] = row[dim[c]];
+        for (int i = 0; i < kB; ++i)
 #pragma unroll
-        for (int c = 0; c < kC; ++c) acc[c] = w != 0.f ? fmaf(w, v[c], acc[c]) : acc[c];
+          for (int c = 0; c < kC; ++c) v[i][c] = base[(j + i) * split_stride + dim[c]];
+#pragma unroll
+        for (int i = 0; i < kB; ++i) {
+          const float w = __shfl_sync(0xffffffffu, a[k], j + i);
+#pragma unroll
+          for (int c = 0; c < kC; ++c) acc[c] = w != 0.f ? fmaf(w, v[i][c], acc[c]) : acc[c];
+        }
+      };
+      int j = 0;
+      for (; j + kSplitsInFlight <= n; j += kSplitsInFlight) batch(std::integral_constant<int, kSplitsInFlight>{}, j);
+      if (j + 4 <= n) {
+        batch(std::integral_constant<int, 4>{}, j);
+        j += 4;
       }
+      for (; j < n; ++j) batch(std::integral_constant<int, 1>{}, j);
     }
 
     // sum >= 1 when a split saw a key (the split at M has l >= 1), 0 when
@@ -142,6 +169,38 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
   }
 }
 
+// Whether `kernel`'s code for the current device waits for its primary
+// grid: only code compiled for sm_90 or newer (PTX version >= 90, what
+// __CUDA_ARCH__ saw) calls cudaGridDependencySynchronize. A build without
+// sm_90 code running on an sm_90 device (compute_80 PTX, JIT-compiled)
+// must not launch it as a dependent: it would read partials still being
+// written. Asked once per kernel (the sm_90 devices of a process run the
+// same code of it).
+template <class Kernel>
+bool waits_for_primary(Kernel kernel) {
+  static std::atomic<int> known{-1};
+  int v = known.load(std::memory_order_relaxed);
+  if (v < 0) {
+    cudaFuncAttributes attr{};
+    v = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.ptxVersion >= 90 ? 1 : 0;
+    if (v == 0) cudaGetLastError();  // a failed query is "no", not a launch error
+    known.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+template <class T, int kC>
+cudaError_t launch_combine(cudaLaunchConfig_t config, bool dependent, const SplitCombineParams& p) {
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = 1;
+  if (dependent && waits_for_primary(split_combine_kernel<T, kC>)) {
+    config.attrs = pdl;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, split_combine_kernel<T, kC>, p);
+}
+
 }  // namespace
 
 template <class T>
@@ -154,16 +213,25 @@ fmha_status launch_split_combine(const SplitCombineParams& p, cudaStream_t strea
   const int64_t want = (p.rows + kCombineWarps - 1) / kCombineWarps;
   const unsigned blocks = static_cast<unsigned>(want < kMaxBlocks ? want : kMaxBlocks);
   const int dims_per_lane = (p.head_dim + kWarpSize - 1) / kWarpSize;
-  const dim3 grid(blocks), block(kCombineWarps * kWarpSize);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kCombineWarps * kWarpSize);
+  config.stream = stream;
+  const bool dep = p.dependent_launch;
   static_assert(kDimsPerLane == 8, "buckets below cover head_dim <= 256");
+  cudaError_t err;
   switch (dims_per_lane) {
-    case 1: split_combine_kernel<T, 1><<<grid, block, 0, stream>>>(p); break;
-    case 2: split_combine_kernel<T, 2><<<grid, block, 0, stream>>>(p); break;
-    case 3: split_combine_kernel<T, 3><<<grid, block, 0, stream>>>(p); break;
-    case 4: split_combine_kernel<T, 4><<<grid, block, 0, stream>>>(p); break;
-    default: split_combine_kernel<T, 8><<<grid, block, 0, stream>>>(p); break;
+    case 1: err = launch_combine<T, 1>(config, dep, p); break;
+    case 2: err = launch_combine<T, 2>(config, dep, p); break;
+    case 3: err = launch_combine<T, 3>(config, dep, p); break;
+    case 4: err = launch_combine<T, 4>(config, dep, p); break;
+    default: err = launch_combine<T, 8>(config, dep, p); break;
   }
-  return check_launch("split-KV combine");
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // the runtime records a failed launch as its last error too
+    return fail(FMHA_ERROR_DEVICE, "split-KV combine launch failed: %s", cudaGetErrorString(err));
+  }
+  return FMHA_SUCCESS;
 }
 
 template fmha_status launch_split_combine<__half>(const SplitCombineParams&, cudaStream_t);

@@ -9,8 +9,10 @@
 //                  outside the rows' key range are never loaded)
 //   TileLoader     global -> swizzled shared memory with 16-byte cp.async,
 //                  zero-filling rows past the sequence end; paged K/V
-//                  gathered through the block table, one read per page
-//                  run of a tile (or per row for other page sizes)
+//                  gathered through the block table, whose entries for a
+//                  key tile are staged in shared memory one tile ahead
+//                  (one read per page run of a tile, or per row for
+//                  other page sizes)
 //   WarpQK         S = Q K^T for the warp's rows: ldmatrix + mma.sync
 //   ScoreMask      softcap, bias + ALiBi (every tile, when the problem
 //                  has them) and the element-wise mask of boundary tiles
@@ -20,9 +22,10 @@
 //   WarpPV         O += P V with P taken from registers (no shared memory
 //                  round trip) and V through ldmatrix.trans
 //   Fp8KvTile      an FP8 K/V cache (kFp8Kv): K/V read from global memory
-//                  as FP8 into raw shared stages, each thread converting
-//                  the chunks it copied into the 16-bit tile WarpQK/WarpPV
-//                  read
+//                  as FP8 into raw, swizzled shared stages that stay FP8;
+//   WarpQKFp8,     S = Q K^T and O += P V on them, converting each FP8
+//   WarpPVFp8      fragment in registers after its load (K to q's 16-bit
+//                  type, V to F16)
 //   Epilogue       O / l and lse, or the per-split partials
 //                  (common/epilogue.cuh)
 //
@@ -47,9 +50,17 @@
 #include "backend/cuda/common/softmax.cuh"
 #include "backend/cuda/common/swizzle.cuh"
 #include "backend/cuda/common/tile_scheduler.h"
+#include "backend/cuda/sm80/bias_tile.cuh"
 #include "backend/cuda/sm80/ptx.cuh"
 #include "backend/cuda/sm80/tile_config.h"
 #include "core/key_tiles.h"
+
+// Measurement switch (a build with -DFMHA_SM80_PAGED_PREFETCH=0, as
+// tools/device/paged.sh builds one, to time the paged kernels with and
+// without the L2 prefetch of the next tile in one device session).
+#ifndef FMHA_SM80_PAGED_PREFETCH
+#define FMHA_SM80_PAGED_PREFETCH 1
+#endif
 
 namespace fmha::cuda::sm80 {
 
@@ -247,6 +258,51 @@ struct TileLoader {
       if (!at(tid, pass, &r, &c)) break;
       const bool in = row0 + r < n;
       cp_async_16(smem_tile + swizzle<Cfg::kPitch>(r, c), in ? base + row_offset(row0 + r) + c * 8 : base, in);
+    }
+  }
+
+  // Block-table staging (the 16-bit paged kernels): the table entries of
+  // rows [row0, min(row0 + kRows, n)) of sequence b, entry div(row0) first,
+  // copied with 4-byte cp.async into kRows int32 slots of shared memory at
+  // `ent` (at most one page per row: page_size 1). Issued one tile ahead
+  // in the group of the previous K tile, so the gather of a tile reads its
+  // page ids from shared memory instead of waiting on the table in global
+  // memory before its first cp.async. Only entries of rows < n are read
+  // (n <= the sequence's keys, which its table row covers); clamping is at
+  // the use (page_slot_of), as for every table read.
+  static constexpr int kEntryBytes = kRows * 4;
+  __device__ static void fetch_entries(uint32_t ent, const FwdParams& p, int64_t b, int row0, int n, int tid) {
+    if (row0 >= n) return;
+    const uint32_t first = p.page_div.div(static_cast<uint32_t>(row0));
+    const int count = static_cast<int>(p.page_div.div(static_cast<uint32_t>(min(row0 + kRows, n) - 1)) - first) + 1;
+    const int32_t* src = p.layout.block_table + b * p.layout.block_table_stride + first;
+    for (int i = tid; i < count; i += Cfg::kThreads) cp_async_4(ent + 4 * i, src + i);
+  }
+
+  // L2 prefetch of rows [row0, min(row0 + kRows, n)) of a paged K and V
+  // (k_off / v_off: a row's element offset, as for load_paged): each
+  // thread takes whole rows, K rows first, and asks for every 128-byte
+  // line of a row (prefetch_l2; a row is kHeadDim contiguous elements).
+  // Issued a tile ahead of the tile's cp.asyncs, it takes the pages'
+  // address translation and DRAM latency off the two-stage pipeline, whose
+  // one tile in flight per CTA did not cover them (shuffled pages: a decode
+  // CTA alone took 2.6-3.0 us per paged tile against 1.6 us contiguous,
+  // H200). (Per-lane prefetches rather than the copy engine's bulk
+  // prefetch: a tile is 2 x kRows separate rows, too many small requests
+  // for one engine per SM.)
+  template <class KOffset, class VOffset>
+  __device__ static void prefetch_paged(const T* k, const T* v, KOffset k_off, VOffset v_off, int row0, int n,
+                                        int tid) {
+    constexpr int kRowBytes = Cfg::kHeadDim * static_cast<int>(sizeof(T));
+    constexpr int kLine = 128;
+#pragma unroll 1
+    for (int i = tid; i < 2 * kRows; i += Cfg::kThreads) {
+      const bool is_k = i < kRows;
+      const int j = row0 + (is_k ? i : i - kRows);
+      if (j >= n) continue;
+      const char* g = reinterpret_cast<const char*>(is_k ? k + k_off(j) : v + v_off(j));
+#pragma unroll
+      for (int b = 0; b < kRowBytes; b += kLine) prefetch_l2(g + b);
     }
   }
 
@@ -466,34 +522,58 @@ __device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
 }
 
 // ---------------------------------------------------------------------------
-// Fp8KvTile: the K or V tile of an FP8 KV cache (k/v F8E4M3 or F8E5M2 under
-// an F16/BF16 q; the kFp8Kv instantiations). Global memory is read as FP8,
-// half the bytes of a 16-bit tile (decode is bound by these bytes), in
-// 16-byte cp.async chunks of 16 elements of one row into a raw stage, and
-// converted to T exactly (every FP8 value is an F16 and a BF16 value) into
-// the swizzled 16-bit tile that WarpQK / WarpPV read, FP8 chunk c of a row
-// becoming 16-bit chunks 2c and 2c + 1.
+// Fp8KvTile: the raw FP8 K or V tile of an FP8 KV cache (k/v F8E4M3 or
+// F8E5M2 under an F16/BF16 q; the kFp8Kv instantiations, Cfg a
+// Fp8KvTileConfig). Global memory is read as FP8, half the bytes of a
+// 16-bit tile (decode is bound by these bytes), in 16-byte cp.async chunks
+// of 16 elements of one key row, into [kRows][kHeadDim] bytes of shared
+// memory that stay FP8: WarpQKFp8 / WarpPVFp8 convert after each fragment
+// load, in registers.
 //
-// Each thread converts exactly the chunks it copied: the raw stages are in
-// effect thread-private (no barrier between copy and conversion, only the
-// thread's own cp.async.wait_group), so they need no swizzle either: chunk
-// idx = tid + pass * kThreads sits at byte 16 idx, and a warp's 16-byte
-// reads and copies touch consecutive addresses. Thread t copies chunk
-// t % kChunks of rows t / kChunks + pass * kRowsPerPass (whole row segments
-// per warp: coalesced). Rows at or past `n` are zero-filled, as in
-// TileLoader.
+// Swizzle: chunk c of key row r sits at chunk c ^ phase(r) of the row,
+// phase(r) a permutation of the row's chunk group over 8 rows chosen so
+// that (a) an ldmatrix 8x8 read (8 consecutive rows, one chunk: the V
+// fragments) and (b) a half warp's 8-byte K reads (4 consecutive rows x 2
+// adjacent chunks, the halves of a k32 block) touch distinct banks, and a
+// quarter warp's 16-byte copies (consecutive chunks) stay conflict-free.
+// With 128-byte bank rows: D >= 128 (rows a multiple of 128 bytes, 8-chunk
+// groups) needs phase(r) / 2 distinct over 4 consecutive rows, so phase =
+// 2 (r & 3) + ((r >> 2) & 1); D = 64 (two rows per bank row, 4-chunk
+// groups) needs phase over the even (odd) rows to be a permutation with
+// phase(r) ^ phase(r + 2) in {2, 3}; D = 32 (four rows per bank row)
+// needs phase(r) != phase(r + 4).
+//
+// Thread t copies chunk t % kChunks of rows t / kChunks + pass *
+// kRowsPerPass (whole row segments per warp: coalesced). Rows at or past
+// `n` are zero-filled, as in TileLoader.
 // ---------------------------------------------------------------------------
-template <class T, class Cfg, int kRows>
+template <class Cfg, int kRows>
 struct Fp8KvTile {
-  static constexpr int kChunks = Cfg::kHeadDim / 16;  // 16-byte FP8 chunks per row
+  static constexpr int kHeadDim = Cfg::kHeadDim;
+  static constexpr int kChunks = kHeadDim / 16;  // 16-byte FP8 chunks per row
   static constexpr int kRowsPerPass = Cfg::kThreads / kChunks;
   static constexpr int kPasses = kRows / kRowsPerPass;
-  static constexpr int kRawBytes = kRows * Cfg::kHeadDim;  // one raw stage
-  static constexpr bool kShapeOk =
-      Cfg::kHeadDim % 16 == 0 && Cfg::kThreads % kChunks == 0 && kRows % kRowsPerPass == 0;
+  static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "FP8 K/V rows are 32, 64, 128 or 256 bytes (the swizzle phases below)");
+  static_assert(Cfg::kThreads % kChunks == 0 && kRows % kRowsPerPass == 0 && kRows % 16 == 0,
+                "FP8 K/V tiles are whole passes of whole rows and whole k16 steps");
+
+  __device__ __forceinline__ static int phase(int r) {
+    if constexpr (kHeadDim >= 128) return ((r & 3) << 1) | ((r >> 2) & 1);
+    else if constexpr (kHeadDim == 64) return (((r >> 1) & 1) << 1) | ((r >> 2) & 1);
+    else return (r >> 2) & 1;
+  }
+  // Byte offset of 16-byte chunk c of row r in the tile.
+  __device__ __forceinline__ static uint32_t at(int r, int c) {
+    return static_cast<uint32_t>(r * kHeadDim + ((c ^ phase(r)) << 4));
+  }
+  // The chunk thread `tid` copies in pass `pass`.
+  __device__ __forceinline__ static uint32_t own(int tid, int pass) {
+    return at(tid / kChunks + pass * kRowsPerPass, tid % kChunks);
+  }
 
   // Rows [row0, row0 + kRows) of a contiguous operand (row stride `stride`
-  // elements = bytes) into the raw stage at `raw`.
+  // elements = bytes) into the raw tile at shared address `raw`.
   __device__ static void load(uint32_t raw, const uint8_t* base, int64_t stride, int row0, int n, int tid) {
     load_tile(raw, base + static_cast<int64_t>(row0) * stride, stride, n - row0, base, tid);
   }
@@ -502,14 +582,13 @@ struct Fp8KvTile {
   // zero-filled (their copies name `valid`, reading nothing).
   __device__ static void load_tile(uint32_t raw, const uint8_t* first, int64_t stride, int count,
                                    const uint8_t* valid, int tid) {
-    static_assert(kShapeOk, "FP8 K/V tiles are whole passes of whole 16-byte row chunks (head dims 32, 64, 128, 256)");
     const int r = tid / kChunks;
     const uint8_t* src = first + static_cast<int64_t>(r) * stride + (tid % kChunks) * 16;
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const bool in = r + pass * kRowsPerPass < count;
       const uint8_t* g = src + static_cast<int64_t>(pass * kRowsPerPass) * stride;
-      cp_async_16(raw + (tid + pass * Cfg::kThreads) * 16, in ? g : valid, in);
+      cp_async_16(raw + own(tid, pass), in ? g : valid, in);
     }
   }
 
@@ -530,57 +609,224 @@ struct Fp8KvTile {
     for (int pass = 0; pass < kPasses; ++pass) {
       const int row = row0 + r + pass * kRowsPerPass;
       const bool in = row < n;
-      cp_async_16(raw + (tid + pass * Cfg::kThreads) * 16, in ? base + row_offset(row) + c16 : base, in);
+      cp_async_16(raw + own(tid, pass), in ? base + row_offset(row) + c16 : base, in);
     }
   }
 
-  // Two FP8 elements (the low byte first) -> a pair of T, exactly.
-  template <__nv_fp8_interpretation_t kKind>
-  __device__ __forceinline__ static uint32_t pair(uint32_t two) {
-    const __half2 h = fp8x2_to_half2(static_cast<uint16_t>(two), kKind);
-    if constexpr (std::is_same<T, __half>::value) {
-      return *reinterpret_cast<const uint32_t*>(&h);
-    } else {
-      const __nv_bfloat162 b = __float22bfloat162_rn(__half22float2(h));
-      return *reinterpret_cast<const uint32_t*>(&b);
-    }
-  }
-
-  // The thread's chunks of the raw stage at byte `raw` of smem -> the
-  // 16-bit tile at byte `tile`; their copies must have landed
-  // (cp.async.wait_group). With `check`, returns whether any converted
-  // element is NaN or inf (NonFiniteV's vote, over this thread's part).
-  template <__nv_fp8_interpretation_t kKind>
-  __device__ static bool convert(unsigned char* smem, uint32_t raw, uint32_t tile, int tid, bool check) {
-    using NF = NonFiniteV<T>;
-    const int r = tid / kChunks;
-    const int c = tid % kChunks;
+  // Whether any element of this thread's copied chunks is NaN or inf once
+  // decoded (NonFiniteV's vote, over this thread's part): e4m3 magnitude
+  // 0x7f (NaN; e4m3 has no inf), e5m2 exponent 0x1f (inf, NaN). Bytewise:
+  // (x & m) + a carries into bit 7 exactly when x & m == m. Its copies must
+  // have landed (cp.async.wait_group).
+  __device__ static bool non_finite(const unsigned char* tile, int tid, bool e4m3) {
+    const uint32_t m = e4m3 ? 0x7f7f7f7fu : 0x7c7c7c7cu;
+    const uint32_t a = e4m3 ? 0x01010101u : 0x04040404u;
     uint32_t bad = 0;
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
-      const uint4 x = *reinterpret_cast<const uint4*>(smem + raw + (tid + pass * Cfg::kThreads) * 16);
-      uint4 lo, hi;
-      lo.x = pair<kKind>(x.x);
-      lo.y = pair<kKind>(x.x >> 16);
-      lo.z = pair<kKind>(x.y);
-      lo.w = pair<kKind>(x.y >> 16);
-      hi.x = pair<kKind>(x.z);
-      hi.y = pair<kKind>(x.z >> 16);
-      hi.z = pair<kKind>(x.w);
-      hi.w = pair<kKind>(x.w >> 16);
-      const int row = r + pass * kRowsPerPass;
-      *reinterpret_cast<uint4*>(smem + tile + swizzle<Cfg::kPitch>(row, 2 * c)) = lo;
-      *reinterpret_cast<uint4*>(smem + tile + swizzle<Cfg::kPitch>(row, 2 * c + 1)) = hi;
-      if (check)
-        bad |= NF::mask(lo.x) | NF::mask(lo.y) | NF::mask(lo.z) | NF::mask(lo.w) | NF::mask(hi.x) |
-               NF::mask(hi.y) | NF::mask(hi.z) | NF::mask(hi.w);
+      const uint4 x = *reinterpret_cast<const uint4*>(tile + own(tid, pass));
+      bad |= ((x.x & m) + a) | ((x.y & m) + a) | ((x.z & m) + a) | ((x.w & m) + a);
     }
-    return bad != 0;
+    return (bad & 0x80808080u) != 0;
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Fp8Pairs: FP8 bytes of a 32-bit word -> pairs of T (a B-operand register
+// of mma m16n8k16), exactly (every FP8 value is an F16 and a BF16 value).
+// pair<kKind>(w, kLo, kHi): the byte kLo of w in the low half, kHi in the
+// high half. e5m2 is F16's top byte (a byte permute places it, inf and NaN
+// included); e4m3 goes through cvt.rn.f16x2.e4m3x2 (sm_89+; the intrinsic's
+// software path on sm_80). A BF16 q then takes F16 -> F32 (exact) and the
+// F32s' top halves: FP8 values have at most 4 significant bits, so the
+// BF16 truncation is exact (NaN stays NaN, inf stays inf).
+// ---------------------------------------------------------------------------
+template <class T>
+struct Fp8Pairs {
+  template <__nv_fp8_interpretation_t kKind, int kLo, int kHi>
+  __device__ __forceinline__ static uint32_t pair(uint32_t w) {
+    uint32_t h;  // the pair as F16 bits
+    if constexpr (kKind == __NV_E5M2) {
+      h = __byte_perm(w, 0u, 0x0404u | (kLo << 4) | (kHi << 12));  // [kHi 0 kLo 0]
+    } else {
+      const uint32_t two = (kLo == 0 && kHi == 1) ? (w & 0xffffu)
+                           : (kLo == 2 && kHi == 3) ? (w >> 16)
+                                                    : __byte_perm(w, 0u, 0x4400u | kLo | (kHi << 4));
+      const __half2 x = fp8x2_to_half2(static_cast<uint16_t>(two), kKind);
+      h = *reinterpret_cast<const uint32_t*>(&x);
+    }
+    if constexpr (std::is_same<T, __half>::value) {
+      return h;
+    } else {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+      return __byte_perm(__float_as_uint(f.x), __float_as_uint(f.y), 0x7632u);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// WarpQKFp8: s[ms][nt] = Q[rows of slice ms] . K[keys of n8 tile nt]^T with
+// K raw FP8 (Fp8KvTile). The sum over the head dim may visit the dims in
+// any order that Q and K agree on; this one makes each fragment one plain
+// load. Per k32 block j (dims 32j .. 32j + 31) lane l (q = l % 4) takes
+// dims 32j + 8q .. 32j + 8q + 7: of K's row of key l / 4, one 8-byte read
+// (FP8 u.x = dims +0..3, u.y = +4..7); of Q's rows l / 4 and l / 4 + 8, one
+// 16-byte read each (x, y: 16-bit dims +0..7). The block's two k16 steps
+// then are: step A (k 2q, 2q+1 <- dims +0, +1; k 2q+8, 2q+9 <- dims +2, +3)
+// a = {x.x, y.x, x.y, y.y}, b = {pair(u.x: bytes 0, 1), pair(u.x: 2, 3)};
+// step B (dims +4..7) a = {x.z, y.z, x.w, y.w}, b from u.y alike.
+// ---------------------------------------------------------------------------
+template <class T, class Cfg>
+struct WarpQKFp8 {
+  using Acc = float[Cfg::kMSlices][Cfg::kNTiles][4];
+  using Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  template <__nv_fp8_interpretation_t kKind>
+  __device__ static void run(Acc& s, const unsigned char* sQ, const unsigned char* sK, int warp, int lane) {
+    using P = Fp8Pairs<T>;
+    const int q = lane & 3;
+    const int row = warp * Cfg::kRowsPerWarp + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < Cfg::kHeadDim / 32; ++j) {
+      uint4 x[Cfg::kMSlices], y[Cfg::kMSlices];
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+        x[ms] = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16, 4 * j + q));
+        y[ms] = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16 + 8, 4 * j + q));
+      }
+#pragma unroll
+      for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
+        const uint2 u =
+            *reinterpret_cast<const uint2*>(sK + Tile::at(nt * 8 + (lane >> 2), 2 * j + (q >> 1)) + 8 * (q & 1));
+        const uint32_t b0 = P::template pair<kKind, 0, 1>(u.x), b1 = P::template pair<kKind, 2, 3>(u.x);
+        const uint32_t b2 = P::template pair<kKind, 0, 1>(u.y), b3 = P::template pair<kKind, 2, 3>(u.y);
+#pragma unroll
+        for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+          const uint32_t a0[4] = {x[ms].x, y[ms].x, x[ms].y, y[ms].y};
+          const uint32_t a1[4] = {x[ms].z, y[ms].z, x[ms].w, y[ms].w};
+          MmaType<T>::mma(s[ms][nt], a0, b0, b1);
+          MmaType<T>::mma(s[ms][nt], a1, b2, b3);
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// WarpPVFp8: o += P V with V raw FP8 (Fp8KvTile). P is WarpPV's (the S
+// accumulator repacked). V's B fragment wants two keys of one dim per
+// register; an ldmatrix.trans of the byte tile (as b16 elements) gives
+// lane l (n = l / 4, q = l % 4) of an 8-key x 16-byte matrix the word
+// [V[2q+1][2n+1], V[2q+1][2n], V[2q][2n+1], V[2q][2n]] (byte 3 .. 0): bytes
+// 0 and 2 are the (k 2q, 2q+1) pair of dim 2n, bytes 1 and 3 that of dim
+// 2n+1. So each 16-dim chunk c feeds two n8 tiles of O in a permuted dim
+// order: tile 2c holds dims 16c + 2n (even), tile 2c+1 dims 16c + 2n + 1
+// (odd); unpermute_o restores WarpPV's order after the key loop. One x4
+// (keys 16kk + 0..7, + 8..15 of chunks 2cp and 2cp + 1) feeds four mma.
+// kGuarded: NonFiniteV's guarded product (warp_pv_guarded's), on the
+// converted pairs.
+//
+// The product runs in F16 whatever q's type (kFp8PvInF16): V's FP8 values
+// are exact in F16, so a BF16 q skips the F16 -> BF16 step on V (3 of its
+// 5 instructions per pair), and P in F16 keeps 11 significant bits where
+// BF16 keeps 8 (P is in [0, 1]; weights under 2^-14 of the row maximum
+// lose bits, under 2^-24 flush to 0, as with an F16 q).
+// ---------------------------------------------------------------------------
+constexpr bool kFp8PvInF16 = true;
+
+template <class T, class Cfg>
+struct WarpPVFp8 {
+  using Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  using Pv = std::conditional_t<kFp8PvInF16, __half, T>;  // the product's 16-bit type
+  template <__nv_fp8_interpretation_t kKind, bool kGuarded>
+  __device__ static void run(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
+                             const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV, int lane) {
+    using P = Fp8Pairs<Pv>;
+    using NF = NonFiniteV<Pv>;
+    constexpr uint32_t kOnes = NF::kOne | (NF::kOne << 16);
+    // The lane's ldmatrix row: key (lane & 7) + 8 ((lane >> 3) & 1), chunk
+    // 2cp + (lane >> 4).
+    const int key = (lane & 7) + (((lane >> 3) & 1) << 3);
+    const int half = lane >> 4;
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+      uint32_t pf[Cfg::kMSlices][4], pw[Cfg::kMSlices][4];
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const float p0 = p[ms][2 * kk + x / 2][2 * (x % 2)], p1 = p[ms][2 * kk + x / 2][2 * (x % 2) + 1];
+          pf[ms][x] = pack2<Pv>(p0, p1);
+          if constexpr (kGuarded) pw[ms][x] = pack2<Pv>(p0 != 0.f ? 1.f : 0.f, p1 != 0.f ? 1.f : 0.f);
+        }
+#pragma unroll
+      for (int cp = 0; cp < Cfg::kHeadDim / 32; ++cp) {
+        uint32_t r[4];
+        ldmatrix_x4_trans(r, sV + Tile::at(16 * kk + key, 2 * cp + half));
+        // n8 tiles 4cp + {0, 1, 2, 3}: chunk 2cp even / odd dims, chunk
+        // 2cp + 1 even / odd dims; b0b1 from keys 0..7, b2b3 from 8..15.
+        uint32_t b[4][2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          b[2 * c][0] = P::template pair<kKind, 0, 2>(r[2 * c]);
+          b[2 * c][1] = P::template pair<kKind, 0, 2>(r[2 * c + 1]);
+          b[2 * c + 1][0] = P::template pair<kKind, 1, 3>(r[2 * c]);
+          b[2 * c + 1][1] = P::template pair<kKind, 1, 3>(r[2 * c + 1]);
+        }
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          if constexpr (kGuarded) {
+            uint32_t vs[2], vb[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const uint32_t bad = NF::mask(b[x][h]);
+              vs[h] = b[x][h] & ~bad;  // non-finite -> 0
+              vb[h] = bad & kOnes;     // non-finite -> 1, else 0
+            }
+#pragma unroll
+            for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+              float z[4] = {0.f, 0.f, 0.f, 0.f};
+              MmaType<Pv>::mma(o[ms][4 * cp + x], pf[ms], vs[0], vs[1]);
+              MmaType<Pv>::mma(z, pw[ms], vb[0], vb[1]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (z[e] != 0.f) o[ms][4 * cp + x][e] = __int_as_float(0x7fc00000);  // NaN
+            }
+          } else {
+#pragma unroll
+            for (int ms = 0; ms < Cfg::kMSlices; ++ms) MmaType<Pv>::mma(o[ms][4 * cp + x], pf[ms], b[x][0], b[x][1]);
+          }
+        }
+      }
+    }
   }
 
-  // convert() for the run-time FP8 kind (FwdParams::kv_dtype; CTA-uniform).
-  __device__ static bool convert(unsigned char* smem, uint32_t raw, uint32_t tile, int tid, bool e4m3, bool check) {
-    return e4m3 ? convert<__NV_E4M3>(smem, raw, tile, tid, check) : convert<__NV_E5M2>(smem, raw, tile, tid, check);
+  // WarpPVFp8's dim order -> WarpPV's, once after the key loop. Lane (r, q)
+  // of permuted tiles 2c / 2c+1 holds dims 16c + 4q + {0, 2} / {1, 3} (e =
+  // 0, 1: rows r, r + 8 in e = 2, 3); WarpPV's tile 2c holds dims 16c + 2q
+  // + {0, 1}, tile 2c+1 dims 16c + 8 + 2q + {0, 1}: lanes q / 2 and 2 + q / 2
+  // of the quad hold them, at the even (q even) or odd (q odd) entries.
+  __device__ static void unpermute_o(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], int lane) {
+    const int q = lane & 3;
+    const int src0 = (lane & ~3) | (q >> 1), src1 = src0 + 2;
+    const bool odd = q & 1;
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int c = 0; c < Cfg::kDTiles / 2; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // rows r (entries 0, 1) and r + 8 (2, 3)
+          float* ta = o[ms][2 * c];
+          float* tb = o[ms][2 * c + 1];
+          const float a0 = ta[2 * h], a1 = ta[2 * h + 1], b0 = tb[2 * h], b1 = tb[2 * h + 1];
+          const float a0s0 = __shfl_sync(0xffffffffu, a0, src0), a1s0 = __shfl_sync(0xffffffffu, a1, src0);
+          const float b0s0 = __shfl_sync(0xffffffffu, b0, src0), b1s0 = __shfl_sync(0xffffffffu, b1, src0);
+          const float a0s1 = __shfl_sync(0xffffffffu, a0, src1), a1s1 = __shfl_sync(0xffffffffu, a1, src1);
+          const float b0s1 = __shfl_sync(0xffffffffu, b0, src1), b1s1 = __shfl_sync(0xffffffffu, b1, src1);
+          ta[2 * h] = odd ? a1s0 : a0s0;
+          ta[2 * h + 1] = odd ? b1s0 : b0s0;
+          tb[2 * h] = odd ? a1s1 : a0s1;
+          tb[2 * h + 1] = odd ? b1s1 : b0s1;
+        }
   }
 };
 
@@ -641,18 +887,29 @@ struct Epilogue {
 // computed; cp.async groups are committed K, V, K, V, ... so "K of t ready"
 // is wait_group(1) and "V of t ready" is wait_group(2) after t+1's commits.
 //
-// kFp8Kv (an FP8 KV cache, Fp8KvTile): the two stages are raw FP8 ones,
-// and K and V each have one 16-bit tile, converted in place of the 16-bit
-// stages' second copy (the same shared memory: 2 raw stages of D bytes per
-// key = 1 tile of 2D bytes). Raw K[t+2] and V[t+2] are in flight while tile
-// t is computed (groups K0, V0, K1, V1, then K[t+2], V[t+2] per tile, so
-// "V[t] landed" is wait_group(2) and "K[t+1] landed" wait_group(1)). Per
-// tile: barrier 1 publishes K[t] (converted at the end of tile t-1) and
-// frees the V tile; V[t] is converted; S = Q K^T; barrier 2 publishes V[t]
-// (and votes NonFiniteV) and frees the K tile; O += P V; K[t+1] is
-// converted and K/V[t+2] issued. The conversions sit where no score is
-// live, so they cost few registers.
+// kFp8Kv (an FP8 KV cache, Cfg a Fp8KvTileConfig): K and V stay FP8 in
+// kRawStages raw stages each (Fp8KvTile) and are converted in registers
+// by WarpQKFp8 / WarpPVFp8. Groups K, V per tile, kRawStages - 1 tiles
+// ahead: at the top of tile t the groups of tiles t .. t + S - 2 are in
+// flight (S = kRawStages), so "K[t] landed" is wait_group(2S - 3); barrier
+// 1 publishes it and frees the stage of tile t-1, into which K/V[t+S-1]
+// are issued; then "V[t] landed" is wait_group(2S - 2), and barrier 2
+// publishes it (and votes NonFiniteV). No conversion pass, no barrier
+// besides the two a 16-bit tile has.
 // ---------------------------------------------------------------------------
+// The bias terms with the elements loaded from global memory (a bias the
+// warps cannot stage, or one added after softcap; ScoreMask::init_bias /
+// add_bias), kept out of line: inlined beside the staged path they cost
+// the score-ops kernels spills; a call costs this path s's trip through
+// local memory.
+template <class Cfg, class W>
+__device__ __noinline__ void bias_from_global(float (&s)[Cfg::kMSlices][Cfg::kNTiles][4], const FwdParams& p,
+                                              const W& w, int row0, int n0, int lane, bool init) {
+  using Mask = ScoreMask<Cfg::kMSlices, Cfg::kNTiles>;
+  if (init) Mask::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale, row0, n0, lane);
+  else Mask::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0, n0, lane);
+}
+
 // kMode: the operand layout this instantiation reads (launch.h: SeqMode).
 // Dense problems read no metadata; ragged and seqused_k problems resolve
 // their sequence; paged ones also gather K/V through the block table, in
@@ -662,6 +919,18 @@ struct Epilogue {
 // fwd_params.h: none, softcap alone, or softcap, bias and ALiBi, each then
 // under a run-time uniform branch); the plain path carries no code for them.
 // The FP8 K/V instantiations run no bias or ALiBi (sm80_supports).
+// The raw FP8 stages of a kFp8Kv tile (none for a 16-bit one).
+template <class Cfg, bool kFp8Kv>
+struct Fp8StagesOf {
+  static constexpr int value = 1;
+  static constexpr uint32_t bytes = 0;
+};
+template <class Cfg>
+struct Fp8StagesOf<Cfg, true> {
+  static constexpr int value = Cfg::kRawStages;
+  static constexpr uint32_t bytes = Cfg::kSmemRaw;
+};
+
 template <class T, bool kFp8Kv, class Cfg, ScoreOps kOps, SeqMode kMode>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     fwd_kernel(const __grid_constant__ FwdParams p) {
@@ -673,6 +942,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   static_assert(Cfg::kStages == 2, "the wait_group counts below assume two stages");
   using KvT = std::conditional_t<kFp8Kv, uint8_t, T>;  // K/V elements in global memory
   extern __shared__ __align__(128) unsigned char smem[];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // The split combine, a programmatic dependent launch on sm_90
+  // (split_combine.h), may be scheduled once every CTA of this grid has
+  // started; it waits for the grid's end itself before reading a partial.
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -710,26 +985,49 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const uint32_t sV = sK + Cfg::kStages * Cfg::kSmemKV;     // + stage * kSmemKV
   using QLoader = TileLoader<T, Cfg, Cfg::kBlockM>;
   using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
-  // kFp8Kv: one 16-bit K tile at sK, one V tile at sK + kSmemKV, then the
-  // raw FP8 stages of K and of V (+ stage * kRawBytes each).
-  using Fp8Tile = Fp8KvTile<T, Cfg, Cfg::kBlockN>;
-  const uint32_t sV16 = sK + Cfg::kSmemKV;
-  constexpr uint32_t rawK = Cfg::kSmemQ + 2 * Cfg::kSmemKV;  // byte offsets in smem
-  constexpr uint32_t rawV = rawK + Cfg::kStages * Fp8Tile::kRawBytes;
-  static_assert(rawV + Cfg::kStages * Fp8Tile::kRawBytes <= Cfg::kSmemBytes,
-                "the raw FP8 stages fit where the 16-bit tiles' second stages would be");
+  // kFp8Kv: after the Q tile, the raw FP8 stages of K, then those of V
+  // (byte offsets in smem, + stage * kSmemRaw each).
+  using Fp8Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  constexpr int kRawStages = Fp8StagesOf<Cfg, kFp8Kv>::value;
+  constexpr uint32_t kRawBytes = Fp8StagesOf<Cfg, kFp8Kv>::bytes;
+  constexpr uint32_t rawK = Cfg::kSmemQ;
+  constexpr uint32_t rawV = rawK + kRawStages * kRawBytes;
+  static_assert(!kFp8Kv || rawV + kRawStages * kRawBytes <= Cfg::kSmemBytes, "the raw FP8 stages fit the tile");
   [[maybe_unused]] const bool e4m3 = p.kv_dtype == FMHA_DTYPE_F8E4M3;
 
   // K or V rows [n0, n0 + kBlockN) of the sequence into a stage; rows at or
   // past Nk(b) are zero-filled. Paged K/V (the kPaged instantiation): key j
-  // sits at paged_kv_row(p, b, j), the block table entry clamped by
-  // core/seq_layout.h, copied with the same 16-byte cp.async chunks as a
-  // contiguous tile; page sizes that give aligned runs of rows
-  // (TileLoader::page_run) read the table once per run, others once per
-  // row. (Lengths are read at each use, not held in a register: the dense
+  // sits at the page of its block table entry, clamped by core/seq_layout.h
+  // (page_slot_of; the 16-bit kernels read the entry staged in shared
+  // memory, the FP8 ones paged_kv_row's global read), copied with the same
+  // 16-byte cp.async chunks as a contiguous tile; page sizes that give
+  // aligned runs of rows (TileLoader::page_run) read the entry once per
+  // run, others once per row. (Lengths are read at each use, not held in a register: the dense
   // instantiation then reads them from the constant bank as it always did.)
   // kFp8Kv: into a raw stage (dst: a byte offset in smem), Fp8KvTile's way.
   const int run = kPaged && !kFp8Kv ? KVLoader::page_run(p.layout.page_size) : 0;
+  // The 16-bit paged gather reads its page ids from shared memory: the
+  // entries of tile t sit in slot (t - t_begin) % 3 (KVLoader::
+  // fetch_entries), past the K/V stages (TileConfig::kSmemPagedBytes); at
+  // tile t those of t+1 (its cp.asyncs), t+2 (its L2 prefetch) and t+3
+  // (arriving) are live. Key j of tile n0's rows is entry div(j), slot
+  // div(j) - div(n0).
+  constexpr uint32_t kEnt = Cfg::kSmemBytes;  // byte offset in smem
+  static_assert(kFp8Kv || (Cfg::kSmemBytes + Cfg::kPagedEntrySlots * KVLoader::kEntryBytes == Cfg::kSmemPagedBytes &&
+                            Cfg::kPagedEntrySlots == 3),
+                "the launch gives the paged kernels room for three entry slots");
+  auto ent_slot = [&](int n0) {
+    return kEnt + static_cast<uint32_t>((n0 / Cfg::kBlockN - w.t_begin) % 3) * KVLoader::kEntryBytes;
+  };
+  auto staged_row = [&](int n0, int64_t stride0, int64_t stride2) {
+    const int* ent = reinterpret_cast<const int*>(smem + ent_slot(n0));
+    const uint32_t first = p.page_div.div(static_cast<uint32_t>(n0));
+    return [=, &p](int j) {
+      const uint32_t e = p.page_div.div(static_cast<uint32_t>(j));
+      const PageSlot ps = page_slot_of(p.layout, j, e, ent[e - first]);
+      return ps.page * stride0 + ps.slot * stride2;
+    };
+  };
   [[maybe_unused]] const bool one_page = kPaged && kFp8Kv && p.layout.page_size % Cfg::kBlockN == 0;
   auto load_k = [&](uint32_t dst, int n0) {
     if constexpr (kFp8Kv) {
@@ -740,8 +1038,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       else
         Fp8Tile::load(sQ + dst, k, p.k_stride[2], n0, w.len_k(p), tid);
     } else if constexpr (kPaged) {
-      KVLoader::load_paged(
-          dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, run, n0, w.len_k(p), tid);
+      KVLoader::load_paged(dst, k, p.k_stride[2], staged_row(n0, p.k_stride[0], p.k_stride[2]), run, n0,
+                           w.len_k(p), tid);
     } else {
       KVLoader::load(dst, k, p.k_stride[2], n0, w.len_k(p), tid);
     }
@@ -755,15 +1053,39 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       else
         Fp8Tile::load(sQ + dst, v, p.v_stride[2], n0, w.len_k(p), tid);
     } else if constexpr (kPaged) {
-      KVLoader::load_paged(
-          dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, run, n0, w.len_k(p), tid);
+      KVLoader::load_paged(dst, v, p.v_stride[2], staged_row(n0, p.v_stride[0], p.v_stride[2]), run, n0,
+                           w.len_k(p), tid);
     } else {
       KVLoader::load(dst, v, p.v_stride[2], n0, w.len_k(p), tid);
     }
   };
 
+  // Paged (16-bit): K and V rows of the tile at n0 into L2, a tile before
+  // its cp.asyncs (TileLoader::prefetch_paged); its entries are staged.
+  auto prefetch_tile = [&](int n0) {
+    if constexpr (kPaged && !kFp8Kv && FMHA_SM80_PAGED_PREFETCH)
+      KVLoader::prefetch_paged(k, v, staged_row(n0, p.k_stride[0], p.k_stride[2]),
+                               staged_row(n0, p.v_stride[0], p.v_stride[2]), n0, w.len_k(p), tid);
+  };
+  // The bias staged per warp (bias_tile.cuh; kAll kernels, a bias the
+  // copy can address, no softcap: its terms start Q K^T's accumulator):
+  // B[t+1] goes out once B[t] is read, at the top of tile t, so the groups
+  // run B[t], K[t], V[t], B[t+1], K[t+1], V[t+1], ...: "B[t] landed" is
+  // wait_group(2) at the top of t, "K[t]" wait_group(2) after B[t+1]'s
+  // commit and "V[t]" wait_group(3) (each one more than without). The
+  // prologue commits B[t_begin] first.
+  using Bias = BiasTile<Cfg>;
+  const bool staged = kAllOps && !kFp8Kv && p.softcap_out == 0.f && Bias::usable(p);  // CTA-uniform
+  const int row0 = w.m0 + warp * Cfg::kRowsPerWarp;  // the warp's first row
+  // After the staged block-table entries in a paged kernel (tile_config.h).
+  const uint32_t sBias = smem_u32(smem) + Cfg::bias_offset(kPaged && !kFp8Kv) + warp * Bias::kWarpBytes;
+  if (staged) {
+    if (w.t_begin < w.t_end) Bias::load(sBias, p, w, row0, w.t_begin * Cfg::kBlockN, lane);
+    cp_async_commit();
+  }
+
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next
-  // (kFp8Kv: then K and V of t_begin + 1, and K[t_begin] converted).
+  // (kFp8Kv: then K and V of the next kRawStages - 2 tiles).
   if (p.pack == 1) {
     QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, w.rows(p), tid);
   } else {
@@ -779,24 +1101,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   }
   if constexpr (kFp8Kv) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kRawStages - 1; ++i) {
       const int t = w.t_begin + i;
-      if (t < w.t_end) load_k(rawK + i * Fp8Tile::kRawBytes, t * Cfg::kBlockN);
+      if (t < w.t_end) load_k(rawK + i * kRawBytes, t * Cfg::kBlockN);
       cp_async_commit();
-      if (t < w.t_end) load_v(rawV + i * Fp8Tile::kRawBytes, t * Cfg::kBlockN);
+      if (t < w.t_end) load_v(rawV + i * kRawBytes, t * Cfg::kBlockN);
       cp_async_commit();
     }
-    cp_async_wait<3>();  // Q and K[t_begin] landed (this thread's part)
-    if (w.t_begin < w.t_end) Fp8Tile::convert(smem, rawK, sK - sQ, tid, e4m3, false);
   } else {
+    if constexpr (kPaged) {
+      // The entries of t_begin .. t_begin + 2 first (one wait for them and
+      // Q together); from there on each tile fetches those of three ahead.
+      for (int i = 0; i < 3; ++i) {
+        const int n0 = (w.t_begin + i) * Cfg::kBlockN;
+        if (w.t_begin + i < w.t_end) KVLoader::fetch_entries(sQ + ent_slot(n0), p, w.b, n0, w.len_k(p), tid);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+    }
     if (w.t_begin < w.t_end) load_k(sK, w.t_begin * Cfg::kBlockN);
     cp_async_commit();
     if (w.t_begin < w.t_end) load_v(sV, w.t_begin * Cfg::kBlockN);
     cp_async_commit();
+    if (kPaged && w.t_begin + 1 < w.t_end) prefetch_tile((w.t_begin + 1) * Cfg::kBlockN);
   }
 
   const LaneAddr<Cfg> addr(warp, lane);
-  const int row0 = w.m0 + warp * Cfg::kRowsPerWarp;  // the warp's first row
   float o[Cfg::kMSlices][Cfg::kDTiles][4];
 #pragma unroll
   for (int ms = 0; ms < Cfg::kMSlices; ++ms)
@@ -814,40 +1145,72 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const bool softcapped = kSoftcap || (kAllOps && p.softcap_out != 0.f);
   const bool biased = kAllOps && has_bias_or_alibi(p);
   const bool bias_init = biased && !softcapped;
+  using Mask = ScoreMask<Cfg::kMSlices, Cfg::kNTiles>;
+  // ALiBi's per-row constants (the slope folded with 1 / scale when the
+  // terms start Q K^T), computed at each use rather than held across the
+  // key loop (the wide tiles sit at 255 registers).
+  auto alibi_rows = [&] {
+    typename Mask::AlibiRows a{};
+    if (kAllOps && p.alibi_slopes != nullptr)
+      a = Mask::alibi_rows(p, w, w.diag_offset(p), bias_init ? 1.f / p.scale : 1.f, row0, lane);
+    return a;
+  };
 
-  // Whether this warp owns a valid row (warp-uniform). The FP8 narrow tile
-  // (Sm80Tuning::NarrowFp8Kv) has more warps than a decode unit has rows:
-  // the others only load and convert K/V and keep the barriers.
+  // Whether this warp owns a valid row (warp-uniform). An FP8 tile with
+  // more warps than a decode unit has rows (Sm80Tuning::NarrowFp8Kv is one
+  // warp today) lets the others only load K/V and keep the barriers.
   const bool computes = !kFp8Kv || row0 <= w.m_last;
+  [[maybe_unused]] int raw_stage = 0;  // kFp8Kv: (t - t_begin) % kRawStages
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
     [[maybe_unused]] const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
     [[maybe_unused]] bool v_bad = false;
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
     if constexpr (kFp8Kv) {
-      __syncthreads();  // K[t] converted by every thread; every warp is done with V[t-1]
-      // V[t] into the V tile now, while no score is live (registers); the
-      // non-finite check only on tiles with a mask edge (below).
-      cp_async_wait<2>();  // raw V[t] landed (this thread's part)
-      const uint32_t raw = static_cast<uint32_t>((t - w.t_begin) & 1) * Fp8Tile::kRawBytes;
-      const int n0 = t * Cfg::kBlockN;
-      const bool check = kGuardNonFiniteV && (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min);
-      v_bad = Fp8Tile::convert(smem, rawV + raw, sV16 - sQ, tid, e4m3, check);
+      cp_async_wait<2 * kRawStages - 3>();  // K[t] landed (this thread's part) ...
+      __syncthreads();  // ... everyone's; and every warp is done with tile t-1's stage
+      const int ahead = t + kRawStages - 1;
+      const int free_stage = raw_stage == 0 ? kRawStages - 1 : raw_stage - 1;  // tile t-1's
+      if (ahead < w.t_end) load_k(rawK + free_stage * kRawBytes, ahead * Cfg::kBlockN);
+      cp_async_commit();
+      if (ahead < w.t_end) load_v(rawV + free_stage * kRawBytes, ahead * Cfg::kBlockN);
+      cp_async_commit();
     } else {
-      if (bias_init)
-        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale,
-                                                          row0, t * Cfg::kBlockN, lane);
-      cp_async_wait<1>();  // K[t] landed (this thread's part) ...
+      if (staged) {
+        cp_async_wait<2>();  // B[t] landed (this lane's chunks) ...
+        __syncwarp();        // ... and the warp's
+        Mask::template staged_bias_terms<true>(s, p, alibi_rows(), w.diag_offset(p), 1.f / p.scale, row0,
+                                               t * Cfg::kBlockN, lane, sBias, Bias::kPanelBytes, 0, false);
+        __syncwarp();  // the warp has read B[t] before B[t+1] lands on it
+        if (t + 1 < w.t_end) Bias::load(sBias, p, w, row0, (t + 1) * Cfg::kBlockN, lane);
+        cp_async_commit();
+        cp_async_wait<2>();  // K[t] landed (V[t] and B[t+1] in flight) ...
+      } else {
+        if (bias_init && p.bias != nullptr)
+          bias_from_global<Cfg>(s, p, w, row0, t * Cfg::kBlockN, lane, true);
+        else if (bias_init)
+          Mask::template alibi_only<true>(s, alibi_rows(), p, w.diag_offset(p), 1.f / p.scale, row0,
+                                          t * Cfg::kBlockN, lane);
+        cp_async_wait<1>();  // K[t] landed (this thread's part) ...
+      }
       __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
       const int n_next = (t + 1) * Cfg::kBlockN;
       if (t + 1 < w.t_end) load_k(sK + next, n_next);
+      // Paged: the entries of t + 3 into the slot of t (read when K/V[t]
+      // were issued and t prefetched, before this barrier), in K[t+1]'s
+      // group, so "K[t+1] landed" also means they did; then tile t + 2
+      // into L2, for the cp.asyncs the next tile issues.
+      if (kPaged && t + 3 < w.t_end)
+        KVLoader::fetch_entries(sQ + ent_slot(n_next + 2 * Cfg::kBlockN), p, w.b, n_next + 2 * Cfg::kBlockN,
+                                w.len_k(p), tid);
       cp_async_commit();
       if (t + 1 < w.t_end) load_v(sV + next, n_next);
       cp_async_commit();
+      if (kPaged && t + 2 < w.t_end) prefetch_tile(n_next + Cfg::kBlockN);
     }
-    // The tiles of t: the 16-bit stage, or the converted FP8 tile (written
-    // at each use: computed up front, the V address stayed live through the
-    // scores and cost the 16-bit wide kernels spills).
+    // The tiles of t: the 16-bit stage, or the raw FP8 stage (addresses
+    // written at each use: computed up front, the V address stayed live
+    // through the scores and cost the 16-bit wide kernels spills).
 
     bool edge = false;
     if (computes) {
@@ -858,7 +1221,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
           for (int nt = 0; nt < Cfg::kNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[ms][nt][e] = 0.f;
-      WarpQK<T, Cfg>::run(s, sQ, kFp8Kv ? sK : sK + stage, addr);
+      if constexpr (kFp8Kv) {
+        const unsigned char* sKr = smem + rawK + raw_stage * kRawBytes;
+        if (e4m3)
+          WarpQKFp8<T, Cfg>::template run<__NV_E4M3>(s, smem, sKr, warp, lane);
+        else
+          WarpQKFp8<T, Cfg>::template run<__NV_E5M2>(s, smem, sKr, warp, lane);
+      } else {
+        WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
+      }
       if (negate) {  // a negative q_descale * k_descale (CTA-uniform)
 #pragma unroll
         for (int ms = 0; ms < Cfg::kMSlices; ++ms)
@@ -872,20 +1243,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, kFp8Kv ? cap_in : p.softcap_in, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-      if (biased && softcapped)
-        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0,
-                                                         n0, lane);
+      if (biased && softcapped && p.bias != nullptr)
+        bias_from_global<Cfg>(s, p, w, row0, n0, lane, false);
+      else if (biased && softcapped)
+        Mask::template alibi_only<false>(s, alibi_rows(), p, w.diag_offset(p), 1.f, row0, n0, lane);
       if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
       sm.update(s, o, kFp8Kv ? score_log2 : p.score_log2);
     }
 
     bool guard;
     if constexpr (kFp8Kv) {
-      // The barrier publishes V[t], frees the K tile, and votes NonFiniteV
-      // (v_bad: only checked on edge tiles, see above).
-      guard = __syncthreads_or(kGuardNonFiniteV && v_bad) != 0;
+      cp_async_wait<2 * kRawStages - 2>();  // V[t] landed (this thread's part)
+      // The barrier publishes V[t] and votes NonFiniteV (edge tiles only).
+      const int n0 = t * Cfg::kBlockN;
+      const bool check = kGuardNonFiniteV && (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min);
+      v_bad = check && Fp8Tile::non_finite(smem + rawV + raw_stage * kRawBytes, tid, e4m3);
+      guard = __syncthreads_or(v_bad) != 0;
     } else {
-      cp_async_wait<2>();  // V[t] landed (this thread's part)
+      if (staged)
+        cp_async_wait<3>();  // V[t] landed (this thread's part; B[t+1] may not have)
+      else
+        cp_async_wait<2>();  // V[t] landed (this thread's part)
       // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
       // and every tile under a bias tensor (its -inf entries hide keys from
       // some rows only).
@@ -894,27 +1272,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
                                    smem + (sV + stage - sQ), tid)) != 0;
     }
     if (computes) {
-      if (kGuardNonFiniteV && guard)
-        warp_pv_guarded<T, Cfg>(o, s, kFp8Kv ? sV16 : sV + stage, addr);
-      else
-        WarpPV<T, Cfg>::run(o, s, kFp8Kv ? sV16 : sV + stage, addr);
+      if constexpr (kFp8Kv) {
+        using PV = WarpPVFp8<T, Cfg>;
+        const uint32_t sVr = sQ + rawV + raw_stage * kRawBytes;
+        if (kGuardNonFiniteV && guard)
+          e4m3 ? PV::template run<__NV_E4M3, true>(o, s, sVr, lane) : PV::template run<__NV_E5M2, true>(o, s, sVr, lane);
+        else
+          e4m3 ? PV::template run<__NV_E4M3, false>(o, s, sVr, lane)
+               : PV::template run<__NV_E5M2, false>(o, s, sVr, lane);
+      } else {
+        if (kGuardNonFiniteV && guard)
+          warp_pv_guarded<T, Cfg>(o, s, sV + stage, addr);
+        else
+          WarpPV<T, Cfg>::run(o, s, sV + stage, addr);
+      }
     }
-
-    if constexpr (kFp8Kv) {
-      // K[t+1] into the K tile (P is consumed: fewer live registers), then
-      // raw K/V[t+2] into the stages of t, whose chunks this thread has
-      // converted.
-      const uint32_t raw = static_cast<uint32_t>((t - w.t_begin) & 1) * Fp8Tile::kRawBytes;
-      cp_async_wait<1>();  // raw K[t+1] landed
-      if (t + 1 < w.t_end) Fp8Tile::convert(smem, rawK + (Fp8Tile::kRawBytes - raw), sK - sQ, tid, e4m3, false);
-      const int n2 = (t + 2) * Cfg::kBlockN;
-      if (t + 2 < w.t_end) load_k(rawK + raw, n2);
-      cp_async_commit();
-      if (t + 2 < w.t_end) load_v(rawV + raw, n2);
-      cp_async_commit();
-    }
+    if constexpr (kFp8Kv) raw_stage = raw_stage == kRawStages - 1 ? 0 : raw_stage + 1;
   }
   cp_async_wait<0>();
+  if constexpr (kFp8Kv) WarpPVFp8<T, Cfg>::unpermute_o(o, lane);  // WarpPV's dim order for the epilogue
   sm.finish();
   // v_descale multiplies o (and a split's partial o, which the combine
   // sums), never lse.

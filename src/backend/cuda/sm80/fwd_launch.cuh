@@ -17,11 +17,15 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
   const void* kernel = reinterpret_cast<const void*>(fwd_kernel<T, kFp8Kv, Cfg, kOps, kMode>);
   static SmemOptIn opt_in;          // one per instantiation, i.e. per kernel
   static KernelLauncher launcher;   // likewise
-  const fmha_status s = opt_in.ensure(kernel, Cfg::kSmemBytes, a.device, "cuda_sm80_tc forward");
+  // The paged entries and the score-ops kernels' bias buffers follow the
+  // K/V stages (tile_config.h).
+  constexpr bool kPagedEntries = kMode == SeqMode::kPaged && !kFp8Kv;
+  constexpr int kSmem = Cfg::smem_bytes(kPagedEntries, kOps == ScoreOps::kAll && !kFp8Kv);
+  const fmha_status s = opt_in.ensure(kernel, kSmem, a.device, "cuda_sm80_tc forward");
   if (s != FMHA_SUCCESS) return s;
   void* args[] = {const_cast<FwdParams*>(&p)};
-  return launcher.launch(kernel, dim3(static_cast<unsigned>(a.blocks)), dim3(Cfg::kThreads), Cfg::kSmemBytes,
-                         a.stream, args, "cuda_sm80_tc forward");
+  return launcher.launch(kernel, dim3(static_cast<unsigned>(a.blocks)), dim3(Cfg::kThreads), kSmem, a.stream, args,
+                         "cuda_sm80_tc forward");
 }
 
 template <class T, bool kFp8Kv, class Cfg, SeqMode kMode>
@@ -62,18 +66,24 @@ fmha_status launch_fwd_config(const FwdParams& p, const LaunchArgs& a) {
   }
 }
 
+// An FP8 KV cache runs its own tiles, Fp8KvDecodeTile (decode; per q
+// dtype) and Sm80Tuning::WideFp8Kv (prefill).
 template <class T, int kHeadDim, bool kFp8Kv>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a) {
   using Tuning = Sm80Tuning<kHeadDim>;
-  using Narrow = std::conditional_t<kFp8Kv, typename Tuning::NarrowFp8Kv, typename Tuning::Narrow>;
+  using Narrow = std::conditional_t<kFp8Kv, Fp8KvDecodeTile<kHeadDim, std::is_same<T, __nv_bfloat16>::value>,
+                                    typename Tuning::Narrow>;
+  using Wide = std::conditional_t<kFp8Kv, typename Tuning::WideFp8Kv, typename Tuning::Wide>;
   // Dense instantiations: the build's choice per tile (FMHA_SM80_DENSE_KERNELS);
   // the FP8 K/V units keep theirs.
   constexpr bool kDenseWide = kFp8Kv || FMHA_SM80_DENSE_WIDE;
   constexpr bool kDenseNarrow = kFp8Kv || FMHA_SM80_DENSE_NARROW;
   const fmha_status s = a.narrow ? launch_fwd_config<T, kFp8Kv, Narrow, kDenseNarrow>(p, a)
-                                 : launch_fwd_config<T, kFp8Kv, typename Tuning::Wide, kDenseWide>(p, a);
+                                 : launch_fwd_config<T, kFp8Kv, Wide, kDenseWide>(p, a);
   if (s != FMHA_SUCCESS || p.num_splits == 1) return s;
-  return launch_split_combine<T>(fwd_combine_params(p), a.stream);
+  SplitCombineParams c = fwd_combine_params(p);
+  c.dependent_launch = a.dependent_combine;
+  return launch_split_combine<T>(c, a.stream);
 }
 
 }  // namespace fmha::cuda::sm80

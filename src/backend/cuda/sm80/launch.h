@@ -22,12 +22,15 @@ struct LaunchArgs {
   ScoreOps ops;          // the score transforms' instantiation (common/fwd_params.h)
   SeqMode mode;          // the operand layout (seq_mode of FwdParams::layout)
   int device;            // the current device ordinal
+  bool dependent_combine;  // launch the split combine as a programmatic dependent (sm_90+)
   cudaStream_t stream;
 };
 
 // Launches the forward kernel (and, for num_splits > 1, the combine kernel).
 // T: q's and o's element type. kFp8Kv: k and v are FP8 (p.kv_dtype,
-// F8E4M3 or F8E5M2), converted to T in shared memory; else they are T.
+// F8E4M3 or F8E5M2), kept FP8 in shared memory and converted to T in
+// registers (tile_config.h: Fp8KvDecodeTile, Sm80Tuning::WideFp8Kv); else
+// they are T.
 template <class T, int kHeadDim, bool kFp8Kv>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a);
 

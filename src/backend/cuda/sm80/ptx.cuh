@@ -1,5 +1,5 @@
 // Thin wrappers over the sm_80 instructions the family is built from:
-// cp.async (global -> shared, 16 bytes, zero-fill), ldmatrix (shared ->
+// cp.async (global -> shared, 16 bytes with zero-fill, 4 bytes), ldmatrix (shared ->
 // mma fragments), mma.sync m16n8k16 with FP32 accumulators. (ex2.approx and
 // the 16-bit packing are arch-neutral: common/device_math.cuh.) Nothing here
 // knows about attention.
@@ -22,6 +22,17 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool full) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                "r"(full ? 16 : 0));
+}
+
+// 4-byte asynchronous copy (block-table entries); `src` 4-byte aligned.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
+
+// Asks L2 to fetch the 128-byte line holding `src` ahead of use: no
+// register written, nothing to wait for.
+__device__ __forceinline__ void prefetch_l2(const void* src) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src));
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }

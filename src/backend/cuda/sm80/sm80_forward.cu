@@ -32,16 +32,21 @@ struct Shape {
   int block_m = 0, block_n = 0, smem = 0, blocks_per_sm = 0;
 };
 
+// score_ops: the kAll kernels take the bias buffers too (tile_config.h).
 template <class Cfg>
-constexpr Shape shape_of() {
-  return {Cfg::kBlockM, Cfg::kBlockN, Cfg::kSmemBytes, Cfg::kMinBlocksPerSm};
+constexpr Shape shape_of(bool score_ops) {  // the most any layout takes
+  return {Cfg::kBlockM, Cfg::kBlockN, Cfg::smem_bytes(true, score_ops), Cfg::kMinBlocksPerSm};
 }
 
 template <int kHeadDim>
-Shape shape_for(bool narrow, bool fp8_kv) {
+Shape shape_for(bool narrow, bool fp8_kv, bool bf16_q, bool score_ops) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
-  if (!narrow) return shape_of<typename Tuning::Wide>();
-  return fp8_kv ? shape_of<typename Tuning::NarrowFp8Kv>() : shape_of<typename Tuning::Narrow>();
+  score_ops = score_ops && !fp8_kv;  // the FP8 K/V kernels stage no bias
+  if (fp8_kv && !narrow) return shape_of<typename Tuning::WideFp8Kv>(score_ops);
+  if (fp8_kv)
+    return bf16_q ? shape_of<sm80::Fp8KvDecodeTile<kHeadDim, true>>(score_ops)
+                  : shape_of<sm80::Fp8KvDecodeTile<kHeadDim, false>>(score_ops);
+  return narrow ? shape_of<typename Tuning::Narrow>(score_ops) : shape_of<typename Tuning::Wide>(score_ops);
 }
 
 // The one place a run-time head dim becomes a template argument: calls
@@ -125,12 +130,18 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const int64_t pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype));
+    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype), p.dtype == FMHA_DTYPE_BF16,
+                                                      score_ops_of(p) == ScoreOps::kAll);
   });
   if (!instantiated) return plan;
   plan.grid = fwd_grid(p, pack, plan.shape.block_m);
+  // The decode tile streams K/V; with per-sequence key counts its CTAs
+  // differ in length (choose_splits' SplitShape).
+  SplitShape split_shape;
+  split_shape.stream_bound = plan.narrow;
+  split_shape.uneven_keys = plan.narrow && (p.layout.seqused_k != nullptr || p.layout.ragged_k() || p.layout.paged());
   plan.grid.splits = choose_splits(plan.grid.blocks(), plan.shape.blocks_per_sm, ceil_div(p.seq_k, plan.shape.block_n),
-                                   dev.num_sms, p.num_splits);
+                                   dev.num_sms, p.num_splits, split_shape);
   plan.ok = true;
   return plan;
 }
@@ -187,6 +198,7 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   a.mode = seq_mode(p.layout);
   if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   a.device = dev.ordinal;
+  a.dependent_combine = dev.sm >= 90;
   a.stream = static_cast<cudaStream_t>(ctx.stream);
   FMHA_PROFILE_STAGE(kFwdParams);
 

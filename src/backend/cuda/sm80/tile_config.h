@@ -3,6 +3,8 @@
 // shared memory, split heuristic) both read it, so they cannot disagree.
 #pragma once
 
+#include <type_traits>
+
 #include "backend/cuda/sm80/instances.h"  // generated: the instantiated head dims
 
 namespace fmha::cuda::sm80 {
@@ -34,10 +36,46 @@ struct TileConfig {
   static constexpr int kSmemQ = kBlockM * kPitch * 2;
   static constexpr int kSmemKV = kBlockN * kPitch * 2;
   static constexpr int kSmemBytes = kSmemQ + 2 * kStages * kSmemKV;
+  // The 16-bit paged kernels also stage the block-table entries of the
+  // next three key tiles past the K/V stages: one int32 per key and tile.
+  static constexpr int kPagedEntrySlots = 3;
+  static constexpr int kSmemPagedBytes = kSmemBytes + kPagedEntrySlots * kBlockN * 4;
+  // The 16-bit score-ops kernels (ScoreOps::kAll) stage a 16-bit bias after
+  // those (after the paged entries in a paged kernel): each warp its rows x
+  // the key tile, in 64-key panels of 128-byte rows (bias_tile.cuh). At most
+  // 32 KB (D <= 64: 128 x 128 keys), so the wide tiles keep 2 CTAs per SM in
+  // 228 KB (80 + 32 KB at D=64, 96 + 16 KB at D=128; a paged one at D=64
+  // needs 1.5 KB more and then runs 1) and the narrow ones 3.
+  static constexpr int kSmemBias = kBlockM * ((kBlockN + 63) / 64) * 128;
+  static constexpr int bias_offset(bool paged_entries) { return paged_entries ? kSmemPagedBytes : kSmemBytes; }
+  static constexpr int smem_bytes(bool paged_entries, bool bias) {
+    return bias_offset(paged_entries) + (bias ? kSmemBias : 0);
+  }
 
   static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole m16 slices");
   static_assert(kBlockN % 16 == 0, "K/V tiles are whole k16 steps of P V");
   static_assert(kHeadDim % 16 == 0, "whole k16 steps of Q K^T and n8 pairs of P V");
+};
+
+// A tile of an FP8 KV cache (the kFp8Kv instantiations): K and V stay FP8
+// in shared memory, kRawStages raw stages of kBlockN x kHeadDim bytes each
+// (half a 16-bit stage, so more of them fit), converted in registers after
+// each fragment load (fwd_kernel.cuh: WarpQKFp8, WarpPVFp8). Only the Q
+// tile is 16-bit.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kRawStages_>
+struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_> {
+  using Base = TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_>;
+  static constexpr int kRawStages = kRawStages_;
+  static constexpr int kSmemRaw = kBlockN_ * kHeadDim_;  // bytes of one raw K or V stage
+  static constexpr int kSmemBytes = Base::kSmemQ + 2 * kRawStages * kSmemRaw;
+  // No block-table entries (the FP8 gather reads the table itself) and no
+  // bias buffer (a bias over FP8 K/V is refused): the raw stages are all.
+  static constexpr int kSmemPagedBytes = kSmemBytes;
+  static constexpr int bias_offset(bool) { return kSmemBytes; }
+  static constexpr int smem_bytes(bool, bool) { return kSmemBytes; }
+
+  static_assert(kRawStages >= 2, "a raw stage in flight while one is read");
+  static_assert(kHeadDim_ % 32 == 0, "whole 32-byte (k32) blocks of an FP8 key row");
 };
 
 // Per head dim, for sm_80 and newer (one build serves sm_80 and sm_90; the
@@ -63,14 +101,30 @@ struct TileConfig {
 //   Decode FP16 Hq=32 Hk=8 D=128: Nk=4096 16.7 us, 32768 47 us, 131072
 //   0.137-0.140 ms (FA2 18, 47-59 us, 0.151 ms; 131072 streams K/V at
 //   91-93% of the measured 4.2 TB/s copy bandwidth).
-// NarrowFp8Kv: the narrow tile of an FP8 KV cache (the kFp8Kv
-//   instantiations). Converting FP8 to 16 bits costs about 36 instructions
-//   per 16-byte chunk (BF16 q), too many for one warp per CTA to keep pace
-//   with the copy rate; so four warps share the loads and conversions of
-//   each key tile, and only warps that own a valid row run the MMAs and the
-//   softmax (a decode unit of <= 32 rows: warps 0-1). The same kBlockN, two
-//   CTAs per SM. Not yet measured (prediction in docs/performance.md);
-//   `using NarrowFp8Kv = Narrow;` restores the one-warp tile.
+// NarrowFp8Kv: the decode tile of an FP8 KV cache (the kFp8Kv
+//   instantiations, units of <= 32 rows). The 16-bit narrow shape (one
+//   warp x 16 rows) with the K/V stages kept FP8 and converted in registers
+//   after each fragment load, three raw stages (half the bytes of a 16-bit
+//   stage) and four CTAs per SM. H200, GQA 32/8, D=128, Nq=1, K+V bytes
+//   against the copy bandwidth (docs/performance.md, 2026-12-01): BF16 q
+//   e4m3 0.50 (B=1 Nk=131072) / 0.61 (B=16 Nk=8192), F16 q e5m2 0.70 /
+//   0.84; the previous FP8 tile (4 warps converting each raw tile into a
+//   16-bit one in shared memory, two stages) 0.41 / 0.46. Other D=128
+//   tiles in the same run (kBlockN, CTAs per SM, raw stages): 32, 7, 3
+//   0.50 / 0.73 for BF16 e4m3 but 0.58 / 0.83 for F16 e5m2; 64, 5, 2
+//   0.46 / 0.55; 128, 2, 3 0.25 / 0.28.
+// NarrowFp8KvBf16: the same for a BF16 q, whose K conversion costs three
+//   more instructions per FP8 pair (F16 -> F32 -> BF16): at D=128 the
+//   32-key tile with 7 CTAs per SM, whose extra warps hide more of it
+//   (the run above: BF16 q e4m3 0.50 / 0.73, e5m2 0.53 / 0.79 against
+//   0.50 / 0.61 and 0.56 / 0.70), while an F16 q keeps the 64-key tile
+//   (F16 q on 32 keys: e4m3 0.55 / 0.80, e5m2 0.58 / 0.83, against 0.62 /
+//   0.77 and 0.70 / 0.84). Other head dims: NarrowFp8Kv.
+// WideFp8Kv: prefill over an FP8 cache (units of > 32 rows): the same
+//   warp (16 rows, in-register conversion), four of them sharing each K/V
+//   tile, two CTAs per SM. Run on the decode tile, an FP8 prefill (BF16 q,
+//   causal N=4096, GQA 32/8, D=128) made 99.6 TFLOP/s, 0.30x BF16 K/V on
+//   the 16-bit wide tile. Not yet measured.
 template <int kHeadDim>
 struct Sm80Tuning;
 
@@ -78,42 +132,71 @@ template <>
 struct Sm80Tuning<32> {
   using Wide = TileConfig<32, 128, 128, 4, 2>;
   using Narrow = TileConfig<32, 16, 128, 1, 3>;
-  using NarrowFp8Kv = TileConfig<32, 64, 128, 4, 2>;
+  using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3>;
+  using NarrowFp8KvBf16 = NarrowFp8Kv;
+  using WideFp8Kv = Fp8KvTileConfig<32, 64, 128, 4, 2, 3>;
 };
 
 template <>
 struct Sm80Tuning<64> {
   using Wide = TileConfig<64, 128, 128, 4, 2>;
   using Narrow = TileConfig<64, 16, 128, 1, 3>;
-  using NarrowFp8Kv = TileConfig<64, 64, 128, 4, 2>;
+  using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3>;
+  using NarrowFp8KvBf16 = NarrowFp8Kv;
+  using WideFp8Kv = Fp8KvTileConfig<64, 64, 128, 4, 2, 3>;
 };
 
 template <>
 struct Sm80Tuning<96> {
   using Wide = TileConfig<96, 128, 64, 4, 2>;
   using Narrow = TileConfig<96, 16, 64, 1, 3>;
-  using NarrowFp8Kv = Narrow;  // no FP8 K/V instantiation: 96-byte rows are not whole 16-byte chunk passes
+  // Unused: no FP8 K/V instantiation at D=96 (Fp8KvTile's swizzle).
+  using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;
+  using NarrowFp8KvBf16 = NarrowFp8Kv;
+  using WideFp8Kv = Fp8KvTileConfig<96, 64, 64, 4, 2, 3>;
 };
+
+// An experiment's D=128 FP8 tile: FMHA_SM80_FP8KV_TILE_D128 (a CMake cache
+// variable, empty by default) = "kBlockN,kMinBlocksPerSm,kRawStages" of a
+// one-warp 16-row tile, compiled into the FP8 units and the host plan alike
+// (tools/device/fp8dec.sh compares a few against the default).
+template <int kBlockN, int kMinBlocksPerSm, int kRawStages>
+using Fp8KvTileD128 = Fp8KvTileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kRawStages>;
 
 template <>
 struct Sm80Tuning<128> {
   using Wide = TileConfig<128, 128, 64, 4, 2>;
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
-  using NarrowFp8Kv = TileConfig<128, 64, 64, 4, 2>;
+#ifdef FMHA_SM80_FP8KV_D128_N
+  using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES>;
+  using NarrowFp8KvBf16 = NarrowFp8Kv;
+#else
+  using NarrowFp8Kv = Fp8KvTileD128<64, 4, 3>;
+  using NarrowFp8KvBf16 = Fp8KvTileD128<32, 7, 3>;
+#endif
+  using WideFp8Kv = Fp8KvTileConfig<128, 64, 64, 4, 2, 3>;
 };
 
 template <>
 struct Sm80Tuning<256> {
   using Wide = TileConfig<256, 128, 64, 8, 1>;
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
-  using NarrowFp8Kv = TileConfig<256, 64, 32, 4, 2>;
+  using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3>;
+  using NarrowFp8KvBf16 = NarrowFp8Kv;
+  using WideFp8Kv = Fp8KvTileConfig<256, 64, 32, 4, 2, 3>;
 };
+
+// The FP8 K/V decode tile of head dim D under a BF16 (kBf16Q) or F16 q.
+template <int kHeadDim, bool kBf16Q>
+using Fp8KvDecodeTile = std::conditional_t<kBf16Q, typename Sm80Tuning<kHeadDim>::NarrowFp8KvBf16,
+                                           typename Sm80Tuning<kHeadDim>::NarrowFp8Kv>;
 
 // Every instantiated head dim (the build's list, FMHA_SM80_INSTANCES) has
 // its tuning, keyed by the right head dim.
 #define FMHA_SM80_TUNED_(D)                                                                        \
   static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D &&   \
-                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D,                                  \
+                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D &&                                \
+                    Sm80Tuning<D>::NarrowFp8KvBf16::kHeadDim == D && Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
                 "Sm80Tuning<" #D "> is missing or mis-keyed");
 FMHA_SM80_HEAD_DIMS(FMHA_SM80_TUNED_)
 #undef FMHA_SM80_TUNED_

@@ -49,9 +49,14 @@
 namespace fmha::cuda::sm90 {
 
 // The tensor maps of one launch (tma.h): Q and O boxes of 64-row halves
-// (o_map: one consumer's rows), K and V boxes of kBlockN rows.
+// (o_map: one consumer's rows), K and V boxes of kBlockN rows; and, for the
+// score-transform kernel, the bias when the copy engine can stage it
+// (bias_rows 64: boxes of one consumer's 64 query rows; 1: a bias
+// broadcast over queries, one row for all; 0: no map, the consumers load
+// their elements from global memory).
 struct FwdMaps {
-  CUtensorMap q, k, v, o;
+  CUtensorMap q, k, v, o, bias;
+  int bias_rows;
 };
 
 // Shared memory of one CTA, carved from the 1024-aligned dynamic base.
@@ -76,9 +81,20 @@ struct SmemLayout {
   __device__ uint64_t* k_empty(int s) const { return bars() + 2 + Cfg::kStages + s; }
   __device__ uint64_t* v_full(int s) const { return bars() + 2 + 2 * Cfg::kStages + s; }
   __device__ uint64_t* v_empty(int s) const { return bars() + 2 + 3 * Cfg::kStages + s; }
+  // Bias stage s of consumer cw (ScoreOps::kAll kernels; tile_config.h).
+  __device__ uint64_t* bias_full(int s, int cw) const {
+    return bars() + 2 + 4 * Cfg::kStages + s * Cfg::kConsumers + cw;
+  }
+  __device__ uint64_t* bias_empty(int s, int cw) const {
+    return bars() + 2 + 4 * Cfg::kStages + (Cfg::kMaxBiasStages + s) * Cfg::kConsumers + cw;
+  }
+  __device__ unsigned char* bias(int s, int cw) const {
+    return base + Cfg::kBiasOffset + s * Cfg::kBiasStageBytes + cw * Cfg::kBiasBytes;
+  }
   // The work tile the producer hands the consumers with Q (-1: no more).
   __device__ volatile int64_t* tile_slot() const {
-    return reinterpret_cast<volatile int64_t*>(bars() + 2 + 4 * Cfg::kStages);
+    return reinterpret_cast<volatile int64_t*>(bars() + 2 + 4 * Cfg::kStages +
+                                               2 * Cfg::kMaxBiasStages * Cfg::kConsumers);
   }
   // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile (Q or O).
   __device__ static unsigned char* rows(unsigned char* tile, int cw, int panel) {
@@ -170,9 +186,14 @@ __device__ __forceinline__ int64_t total_tiles(const FwdParams& p) {
 // tiles. A CTA's first tile is blockIdx.x; with a persistent grid the next
 // ones come from the launch's counter (dynamic: a CTA that finishes early
 // takes more, as the hardware's block scheduler would), else there is none.
-template <class Cfg, bool kServing>
+// kStagedBias: the kernel may stage bias tiles (maps.bias_rows > 0 says
+// whether this launch does): per key tile, ahead of its K, one box of each
+// consumer's rows into the bias ring, which also runs on across tiles.
+template <class Cfg, bool kServing, bool kStagedBias>
 __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayout<Cfg>& sm, int* tile_counter) {
   PipeState<Cfg::kStages> st;
+  PipeState<Cfg::kBiasStages> bst;
+  const bool staged_bias = kStagedBias && maps.bias_rows > 0;
   uint32_t q_phase = 0;
   auto next = [&] { return Cfg::kPersistent ? gridDim.x + atomicAdd(tile_counter, 1) : total_tiles(p); };
   for (int64_t index = blockIdx.x;;) {
@@ -235,7 +256,31 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
       mbar_arrive_expect_tx(sm.v_full(at.stage), Cfg::kKVBytes);
       load_kv(sm.v(at.stage), &maps.v, t, sm.v_full(at.stage));
     };
+    // The bias of key tile t at the sequence's local positions: rows m0 +
+    // 64 cw on (or row 0 of a bias broadcast over queries); a broadcast head
+    // or batch (stride 0, a map extent of 1) is coordinate 0. Rows and keys
+    // past the tensor read as 0; the consumers mask keys past the sequence.
+    auto load_bias = [&](int t) {
+      if constexpr (kStagedBias) {
+        const int rows = maps.bias_rows;
+        const int bh = p.bias_stride[1] == 0 ? 0 : h;
+        const int bb = p.bias_stride[0] == 0 ? 0 : static_cast<int>(tw.w.b);
+        for (int c = 0; c < Cfg::kConsumers; ++c) {
+          mbar_wait(sm.bias_empty(bst.stage, c), bst.phase ^ 1u);
+          mbar_arrive_expect_tx(sm.bias_full(bst.stage, c), rows * 128 * (Cfg::kBlockN / 64));
+#pragma unroll
+          for (int pn = 0; pn < Cfg::kBlockN / 64; ++pn)
+            tma_load_panel(sm.bias(bst.stage, c) + pn * 64 * 128, &maps.bias, t * Cfg::kBlockN + 64 * pn,
+                           rows == 1 ? 0 : tw.m0 + 64 * c, bh, bb, sm.bias_full(bst.stage, c));
+        }
+        bst.advance();
+      }
+    };
     if (tw.t_begin() < tw.t_end()) {
+      // A bias tile goes out with the K tile of its Q K^T (the consumers
+      // read it just before), after the V tile ahead of it, so the bias
+      // ring's wait never holds up V.
+      if (staged_bias) load_bias(tw.t_begin());
       load_k(tw.t_begin(), st);
       PipeState<Cfg::kStages> kst = st;
       for (int t = tw.t_begin(); t < tw.t_end(); ++t) {
@@ -244,11 +289,26 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
           load_k(t + 1, kst);
         }
         load_v(t, st);
+        if (staged_bias && t + 1 < tw.t_end()) load_bias(t + 1);
         st.advance();
       }
     }
     index = next();
   }
+}
+
+// The bias terms with the elements loaded from global memory (a bias the
+// copy engine cannot stage; ScoreMask::init_bias / add_bias, with ALiBi
+// when set), kept out of
+// line: inlined beside the staged path, the score-ops kernel spilled 1.8
+// KB instead of 0.7 (ptxas, D=128); a call costs this rare path s's trip
+// through local memory.
+template <int kNTiles>
+__device__ __noinline__ void bias_from_global(float (&s)[1][kNTiles][4], const FwdParams& p, const WorkTile& w,
+                                              int rows, int seq_k, int64_t diag, float factor, int row0, int n0,
+                                              int lane, bool init) {
+  if (init) ScoreMask<1, kNTiles>::init_bias(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+  else ScoreMask<1, kNTiles>::add_bias(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
 }
 
 // kOps: the score transforms this instantiation compiles (common/
@@ -283,6 +343,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbar_init(sm.k_empty(s), Cfg::kConsumers);
       mbar_init(sm.v_empty(s), Cfg::kConsumers);
     }
+    if constexpr (kAllOps)
+      for (int s = 0; s < Cfg::kBiasStages; ++s)
+        for (int c = 0; c < Cfg::kConsumers; ++c) {
+          mbar_init(sm.bias_full(s, c), 1);
+          mbar_init(sm.bias_empty(s, c), 4);  // one arrival per warp of the consumer
+        }
     mbar_init_fence();
   }
   __syncthreads();
@@ -293,7 +359,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch(&maps.q);
       tma_prefetch(&maps.k);
       tma_prefetch(&maps.v);
-      produce<Cfg, kServing>(p, maps, sm, tile_counter);
+      if (kAllOps && maps.bias_rows > 0) tma_prefetch(&maps.bias);
+      produce<Cfg, kServing, kAllOps>(p, maps, sm, tile_counter);
     }
     return;
   }
@@ -392,6 +459,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Named barriers: 0 is __syncthreads; 1 .. n the consumers' epilogues,
   // n + 1 .. 2n their turns, 2n + 1 .. 3n their votes (n consumers).
   constexpr int kVote = 1 + 2 * Cfg::kConsumers;  // one per consumer
+  // Whether x holds in some thread of the warpgroup (all 128 take part).
+  auto wg_any = [&](bool x) {
+    int any;
+    asm volatile(
+        "{\n.reg .pred p, q;\n"
+        "setp.ne.u32 q, %1, 0;\n"
+        "bar.red.or.pred p, %2, 128, q;\n"
+        "selp.s32 %0, 1, 0, p;\n}\n"
+        : "=r"(any)
+        : "r"(static_cast<uint32_t>(x)), "r"(kVote + cw)
+        : "memory");
+    return any != 0;
+  };
   auto v_nonfinite = [&](int stage, uint32_t phase) {
     mbar_wait(sm.v_full(stage), phase);
     constexpr uint32_t kExp = std::is_same<T, __half>::value ? 0x7c00u : 0x7f80u;
@@ -406,16 +486,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         bad |= (e & 0xffffu) == 0 || (e >> 16) == 0;
       }
     }
-    int any;
-    asm volatile(
-        "{\n.reg .pred p, q;\n"
-        "setp.ne.u32 q, %1, 0;\n"
-        "bar.red.or.pred p, %2, 128, q;\n"
-        "selp.s32 %0, 1, 0, p;\n}\n"
-        : "=r"(any)
-        : "r"(bad), "r"(kVote + cw)
-        : "memory");
-    return any != 0;
+    return wg_any(bad != 0);
   };
   // O += P V of the stage's V tile on the CUDA cores, a term only where the
   // weight is non-zero. Lane l holds P of rows l / 4 (+ 8) at keys 16 kk +
@@ -459,12 +530,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   };
   // Whether P V of key tile t (in stage `ps`) must take pv_guarded. Under
-  // a bias tensor every tile may have a hidden key (a -inf entry).
+  // a bias tensor any tile may have a hidden key (a -inf entry): a staged
+  // bias tile says whether it has one (bit t % 2 of `hidden`, the
+  // warpgroup's vote), so the V scan runs only on such tiles; with the
+  // bias loaded from global memory every tile is scanned.
+  const bool staged_bias = kAllOps && maps.bias_rows > 0;
+  uint32_t hidden = 0;
   auto needs_guard = [&](const TileWork<Cfg, kServing>& tw, int t, const PipeState<Cfg::kStages>& ps) {
     if constexpr (!Cfg::kGuardNonFiniteV) return false;
     const int n0 = t * Cfg::kBlockN;
-    return ((kAllOps && p.bias != nullptr) || !tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) &&
-           v_nonfinite(ps.stage, ps.phase);
+    if (tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) {
+      if (!kAllOps || p.bias == nullptr) return false;
+      if (staged_bias && !wg_any((hidden >> (t & 1)) & 1u)) return false;
+    }
+    return v_nonfinite(ps.stage, ps.phase);
   };
 
   // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the
@@ -479,6 +558,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
   PipeState<Cfg::kStages> st;
+  PipeState<Cfg::kBiasStages> bst;  // the bias ring (staged_bias)
   uint32_t q_phase = 0;
   for (;;) {
     mbar_wait(sm.q_full(), q_phase);
@@ -505,21 +585,70 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const bool softcapped = kOps == ScoreOps::kSoftcap || (kAllOps && p.softcap_out != 0.f);
     const bool biased = kAllOps && has_bias_or_alibi(p);
     const bool bias_init = biased && !softcapped;
-    const float c = (!kAllOps || softcapped) ? p.score_log2 : p.score_log2 * qk;
+    // A negative q_descale * k_descale flips the scores' sign instead, so the
+    // running max stays a max (as in cuda_sm80_tc; softcap takes the signed
+    // factor in its input scale).
+    const bool negate = kAllOps && !softcapped && qk < 0.f;
+    const float c = (!kAllOps || softcapped) ? p.score_log2 : p.score_log2 * fabsf(qk);
     s_init = bias_init ? 1u : 0u;
+    using Mask = ScoreMask<1, kNTiles>;
+    // The score factor the terms are divided by when they start Q K^T.
+    const float init_f = 1.f / (p.scale * qk);
+    // ALiBi's slope (folded with init_f when the terms start Q K^T) and
+    // d(i) of the lane's rows, once per work tile (one head: sm90 never
+    // packs).
+    typename Mask::AlibiRows alibi{};
+    if (kAllOps && p.alibi_slopes != nullptr)
+      alibi = Mask::alibi_rows(p, tw.w, tw.diag(p), bias_init ? init_f : 1.f, row0, lane);
+    // Key tile t's bias tile from the ring into s (init: as Q K^T's
+    // starting value, divided by the score factor; else added after
+    // softcap), its stage released by each warp once read; notes whether it
+    // hides a key.
+    auto staged = [&](int t, bool init) {
+      mbar_wait(sm.bias_full(bst.stage, cw), bst.phase);
+      const uint32_t tile = static_cast<uint32_t>(__cvta_generic_to_shared(sm.bias(bst.stage, cw)));
+      const int n0 = t * Cfg::kBlockN;
+      const bool bcast = maps.bias_rows == 1;
+      constexpr int kPanel = 64 * 128;  // a 64-key panel of the consumer's 64 rows
+      const bool h = init ? Mask::template staged_bias_terms<true>(s, p, alibi, tw.diag(p), init_f, row0, n0, lane,
+                                                                   tile, kPanel, warp * 16, bcast)
+                          : Mask::template staged_bias_terms<false>(s, p, alibi, tw.diag(p), 1.f, row0, n0, lane,
+                                                                    tile, kPanel, warp * 16, bcast);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sm.bias_empty(bst.stage, cw));
+      bst.advance();
+      const uint32_t bit = 1u << (t & 1);
+      hidden = h ? hidden | bit : hidden & ~bit;
+    };
     // The bias terms of key tile t into s, before its Q K^T is issued.
     auto preload = [&](int t) {
-      if (bias_init)
-        ScoreMask<1, kNTiles>::init_bias(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), p.scale * qk, row0,
-                                         t * Cfg::kBlockN, lane);
+      if (!bias_init) return;
+      if (staged_bias)
+        staged(t, true);
+      else if (p.bias != nullptr)
+        bias_from_global<kNTiles>(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), p.scale * qk, row0,
+                                  t * Cfg::kBlockN, lane, true);
+      else
+        Mask::template alibi_only<true>(s, alibi, p, tw.diag(p), init_f, row0, t * Cfg::kBlockN, lane);
     };
     // Scores of key tile t -> probabilities (in s) and the O rescale factor.
     auto score = [&](int t) {
       fence_operands(s_flat);
+      if (negate)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[0][nt][e] = -s[0][nt][e];
       if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
-      if (biased && softcapped)
-        ScoreMask<1, kNTiles>::add_bias(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), 1.f, row0, n0, lane);
+      if (biased && softcapped) {
+        if (staged_bias)
+          staged(t, false);
+        else if (p.bias != nullptr)
+          bias_from_global<kNTiles>(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), 1.f, row0, n0, lane, false);
+        else
+          Mask::template alibi_only<false>(s, alibi, p, tw.diag(p), 1.f, row0, n0, lane);
+      }
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) {
         if constexpr (kServing) ScoreMask<1, kNTiles>::apply(s, p, tw.len_k(p), tw.diag(p), row0, n0, lane);
         else ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);

@@ -31,6 +31,32 @@ inline fmha_status operand_map(const Problem& p, const Operand& op, const int64_
   return make_panel_map(t, box_rows, out);
 }
 
+// The bias's tensor map (FwdMaps::bias) when the copy engine can stage its
+// tiles: 16-bit elements, keys contiguous, a base and strides it can
+// address (tma.h; a broadcast head or batch dim, stride 0, is a map extent
+// of 1, and a bias broadcast over queries a one-row map). Otherwise returns
+// 0 and the kernel loads the elements from global memory.
+inline int bias_map(const Problem& p, CUtensorMap* out) {
+  if (!p.has_bias() || (p.bias_dtype != FMHA_DTYPE_F16 && p.bias_dtype != FMHA_DTYPE_BF16)) return 0;
+  const int64_t* st = p.bias.stride;
+  if (st[3] != 1 || p.seq_k < 1 || p.seq_q < 1) return 0;
+  const int64_t full[4] = {p.batch, p.heads_q, p.seq_q, p.seq_k};
+  Tensor4d t;
+  t.data = p.bias.data;
+  t.bf16 = p.bias_dtype == FMHA_DTYPE_BF16;
+  t.dims[0] = p.seq_k;
+  int64_t reach = p.seq_k;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t s = st[2 - i];
+    t.dims[i + 1] = s == 0 ? 1 : full[2 - i];
+    t.strides[i] = t.dims[i + 1] == 1 ? (reach + 7) / 8 * 8 : s;  // extents of 1 are never stepped
+    reach = t.strides[i] * t.dims[i + 1];
+  }
+  if (panel_map_unsupported(t) != nullptr) return 0;
+  const int rows = st[2] == 0 ? 1 : 64;
+  return make_panel_map(t, rows, out) == FMHA_SUCCESS ? rows : 0;
+}
+
 template <class T, class Cfg, ScoreOps kOps, bool kServing>
 fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   const Problem& p = *a.problem;
@@ -46,9 +72,12 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   if (s == FMHA_SUCCESS) s = operand_map(p, p.v, kv_dims, kv_box, &maps.v);
   if (s == FMHA_SUCCESS) s = operand_map(p, p.o, q_dims, 64, &maps.o);
   if (s != FMHA_SUCCESS) return s;
+  maps.bias_rows = kOps == ScoreOps::kAll ? bias_map(p, &maps.bias) : 0;
   const auto kernel = fwd_kernel<T, Cfg, kOps, kServing>;
+  // The score-transform kernel's bias ring lies past the rest (tile_config.h).
+  constexpr int kSmem = kOps == ScoreOps::kAll ? Cfg::kSmemBytesBias : Cfg::kSmemBytes;
   static SmemOptIn opt_in;  // one per instantiation, i.e. per kernel
-  s = opt_in.ensure(reinterpret_cast<const void*>(kernel), Cfg::kSmemBytes, a.device, "cuda_sm90_ws forward");
+  s = opt_in.ensure(reinterpret_cast<const void*>(kernel), kSmem, a.device, "cuda_sm90_ws forward");
   if (s != FMHA_SUCCESS) return s;
   // One CTA per work tile, or a persistent grid of one CTA per SM whose
   // CTAs take tiles past the first from a counter (tile_config.h says which
@@ -56,7 +85,7 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   const int64_t grid = Cfg::kPersistent && a.blocks > a.num_sms ? a.num_sms : a.blocks;
   if (Cfg::kPersistent && cudaMemsetAsync(a.tile_counter, 0, sizeof(int), a.stream) != cudaSuccess)
     return check_launch("cuda_sm90_ws tile counter reset");
-  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, Cfg::kSmemBytes, a.stream>>>(f, maps, a.tile_counter);
+  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, kSmem, a.stream>>>(f, maps, a.tile_counter);
   return check_launch("cuda_sm90_ws forward");
 }
 

@@ -7,6 +7,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -30,9 +31,17 @@ struct LaunchArgs {
 template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a);
 
+// q, k and v all of FP8 type T (V transposed), o F16 or BF16.
+template <class T, int kHeadDim>
+fmha_status launch_fwd_fp8(const FwdParams& p, const LaunchArgs& a);
+
 #define FMHA_SM90_EXTERN_(dtype, T, D) extern template fmha_status launch_fwd<T, D>(const FwdParams&, const LaunchArgs&);
 FMHA_SM90_INSTANCES(FMHA_SM90_EXTERN_)
 #undef FMHA_SM90_EXTERN_
+#define FMHA_SM90_FP8_EXTERN_(dtype, T, D) \
+  extern template fmha_status launch_fwd_fp8<T, D>(const FwdParams&, const LaunchArgs&);
+FMHA_SM90_FP8_INSTANCES(FMHA_SM90_FP8_EXTERN_)
+#undef FMHA_SM90_FP8_EXTERN_
 
 
 }  // namespace fmha::cuda::sm90

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/common/fwd_params.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/sm90/fp8_tile_config.h"
 #include "backend/cuda/sm90/launch.h"
 #include "backend/cuda/sm90/tile_config.h"
 #include "backend/cuda/sm90/tma.h"
@@ -56,6 +57,39 @@ bool dispatch_instance(fmha_dtype dtype, int64_t d, Fn&& fn) {
   return false;
 }
 
+// The same for the FP8 list (q, k and v of dtype E; fwd_fp8_kernel.cuh).
+template <class Fn>
+bool dispatch_fp8_instance(fmha_dtype dtype, int64_t d, Fn&& fn) {
+#define FMHA_SM90_CASE_(E, T, D)               \
+  if (dtype == E && d == D) {                  \
+    fn(T{}, std::integral_constant<int, D>{}); \
+    return true;                               \
+  }
+  FMHA_SM90_FP8_INSTANCES(FMHA_SM90_CASE_)
+#undef FMHA_SM90_CASE_
+  (void)dtype;
+  (void)d;
+  return false;
+}
+
+bool instantiated(const Problem& p) {
+  return dispatch_instance(p.dtype, p.head_dim, [](auto, auto) {}) ||
+         dispatch_fp8_instance(p.dtype, p.head_dim, [](auto, auto) {});
+}
+
+// Calls fn(Cfg{}) with the tile config of p's kernel: FP8 q (all FP8 q/k/v,
+// sm90_supports) reads Sm90Fp8Tuning, 16-bit Sm90Tuning.
+template <class Fn>
+bool dispatch_config(const Problem& p, Fn&& fn) {
+  if (is_fp8(p.dtype))
+    return dispatch_fp8_instance(p.dtype, p.head_dim, [&](auto, auto head_dim) {
+      sm90::with_fp8_config<decltype(head_dim)::value>(fn);
+    });
+  return dispatch_head_dim(p.head_dim, [&](auto head_dim) {
+    fn(typename sm90::Sm90Tuning<decltype(head_dim)::value>::Config{});
+  });
+}
+
 struct Plan {
   bool ok = false;
   int smem = 0;
@@ -80,9 +114,11 @@ size_t workspace_bytes(const Problem& p, const Plan& plan) {
 Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   Plan plan;
   int block_m = 0;
-  plan.ok = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    using Cfg = typename sm90::Sm90Tuning<decltype(head_dim)::value>::Config;
-    plan.smem = Cfg::kSmemBytes;
+  plan.ok = dispatch_config(p, [&](auto cfg) {
+    using Cfg = decltype(cfg);
+    // The score-transform kernel adds its bias ring (tile_config.h; the FP8
+    // configs have none: kSmemBytesBias = kSmemBytes).
+    plan.smem = score_ops_of(p) == ScoreOps::kAll ? Cfg::kSmemBytesBias : Cfg::kSmemBytes;
     plan.block_n = Cfg::kBlockN;
     plan.persistent = Cfg::kPersistent;
     block_m = Cfg::kBlockM;
@@ -94,25 +130,56 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
 }
 
 // dims: [batch, heads, seq, head_dim] as Problem::q_dims / kv_dims give them.
-const char* operand_unsupported(const Problem& p, const Operand& op, const int64_t (&dims)[4]) {
+// transposed: the copy engine reads the operand as [batch, heads, head_dim,
+// seq] (an FP8 V: seq contiguous); fp8: 1-byte elements.
+const char* operand_unsupported(const Operand& op, const int64_t (&dims)[4], bool fp8 = false,
+                                bool transposed = false) {
   sm90::Tensor4d t;
   t.data = op.data;
+  t.fp8 = fp8;
+  const int row = transposed ? 3 : 2, col = transposed ? 2 : 3;
+  const int index[3] = {row, 1, 0};
   for (int i = 0; i < 3; ++i) {
-    const int64_t extent = dims[2 - i];
+    const int64_t extent = dims[index[i]];
     t.dims[i + 1] = extent;
     // Extents of 1 are never stepped (fwd_launch.cuh gives them a benign stride).
-    t.strides[i] = extent == 1 ? 8 : op.stride[2 - i];
-    if (extent > 1 && op.stride[2 - i] == 0) return "the copy engine cannot broadcast (a stride of 0)";
+    t.strides[i] = extent == 1 ? 16 : op.stride[index[i]];
+    if (extent > 1 && op.stride[index[i]] == 0) return "the copy engine cannot broadcast (a stride of 0)";
   }
-  t.dims[0] = p.head_dim;
+  t.dims[0] = dims[col];
   return sm90::panel_map_unsupported(t);
+}
+
+// What the FP8 kernel (q, k and v all FP8) cannot run, beyond the 16-bit
+// kernel's limits; null for a 16-bit problem it passes on.
+const char* fp8_unsupported(const Problem& p) {
+  // (The registry's own wording where a reason is the same kind, so a
+  // reason reads alike from every kernel.)
+  if (!is_fp8(p.dtype) && !is_fp8(p.kv_dtype)) {
+    if (p.mixed_dtypes())
+      return "does not support mixed dtypes (q, k/v and o not one dtype) other than FP8 q, k and v with an F16 or "
+             "BF16 o";
+    if (p.v.stride[3] != 1) return "does not support a transposed V (v.strides[2]=1) with 16-bit inputs";
+    return nullptr;
+  }
+  if (p.dtype != p.kv_dtype)
+    return "does not run dtype FP8 for only some of q, k, v (FP8 needs q, k and v of one FP8 dtype; cuda_sm80_tc "
+           "runs an FP8 K/V cache under a 16-bit q)";
+  if (p.o_dtype != FMHA_DTYPE_F16 && p.o_dtype != FMHA_DTYPE_BF16) return "FP8 q/k/v need o in F16 or BF16";
+  if (p.layout.any()) return "FP8 q/k/v: dense batches only (cuda_generic runs the serving layouts)";
+  if (p.has_bias() || p.alibi_slopes != nullptr) return "FP8 q/k/v: no bias or ALiBi (cuda_generic runs them)";
+  if (p.seq_k > 1 && p.v.stride[2] != 1)
+    return "FP8 V must be transposed (seq stride 1: v.strides[2] = 1, [B, Hk, D, Nk] in memory) for the FP8 MMA";
+  return nullptr;
 }
 
 }  // namespace
 
 const char* sm90_supports(const Problem& p, const DeviceInfo& dev) {
-  if (!dispatch_instance(p.dtype, p.head_dim, [](auto, auto) {}))
-    return "(dtype, head_dim) not instantiated (this build of the sm90 family runs head dims " FMHA_SM90_HEAD_DIM_TEXT ")";
+  if (const char* why = fp8_unsupported(p)) return why;
+  if (!instantiated(p))
+    return "(dtype, head_dim) not instantiated (this build of the sm90 family runs head dims " FMHA_SM90_HEAD_DIM_TEXT
+           "; FP8 q/k/v: head_dim 128)";
   if (p.seq_q > kMaxFwdSeq || p.seq_k > kMaxFwdSeq) return "sequence too long for int32 positions";
   // A tensor map cannot describe an empty k/v; the other families write
   // O = 0, lse = -inf for such rows.
@@ -134,8 +201,11 @@ const char* sm90_supports(const Problem& p, const DeviceInfo& dev) {
     const Operand* op;
     const int64_t (&dims)[4];
   } ops[] = {{&p.q, q_dims}, {&p.k, kv_dims}, {&p.v, kv_dims}, {&p.o, q_dims}};
-  for (const auto& x : ops)
-    if (const char* why = operand_unsupported(p, *x.op, x.dims)) return why;
+  const bool fp8 = is_fp8(p.dtype);
+  for (const auto& x : ops) {
+    const bool fp8_input = fp8 && x.op != &p.o;
+    if (const char* why = operand_unsupported(*x.op, x.dims, fp8_input, fp8_input && x.op == &p.v)) return why;
+  }
   const Plan plan = make_plan(p, dev);
   if (dev.smem_per_block_optin < static_cast<size_t>(plan.smem))
     return "device allows less shared memory per block than the tile needs";
@@ -147,6 +217,8 @@ const char* sm90_supports(const Problem& p, const DeviceInfo& dev) {
 
 const char* sm90_declines(const Problem& p, const DeviceInfo& dev) {
   (void)dev;
+  // Nothing else runs FP8 q/k/v on tensor cores.
+  if (is_fp8(p.dtype)) return nullptr;
   // cuda_sm80_tc's row does not declare descales: such problems stay here.
   if (p.has_descale()) return nullptr;
   if (p.seq_q * p.group_size() <= kMaxPackedRowsForSm80)
@@ -164,7 +236,7 @@ fmha_status sm90_forward(const Problem& p, const LaunchContext& ctx) {
   const Plan plan = make_plan(p, dev);
   if (!plan.ok)
     return fail(FMHA_ERROR_INTERNAL, "cuda_sm90_ws: head_dim=%lld not instantiated", static_cast<long long>(p.head_dim));
-  if (!dispatch_instance(p.dtype, p.head_dim, [](auto, auto) {}))
+  if (!instantiated(p))
     return fail(FMHA_ERROR_INTERNAL, "cuda_sm90_ws: dtype %s head_dim=%lld not instantiated", dtype_name(p.dtype),
                 static_cast<long long>(p.head_dim));
   const size_t need = workspace_bytes(p, plan);
@@ -185,6 +257,9 @@ fmha_status sm90_forward(const Problem& p, const LaunchContext& ctx) {
   fmha_status status = FMHA_ERROR_INTERNAL;
   dispatch_instance(p.dtype, p.head_dim, [&](auto t, auto head_dim) {
     status = sm90::launch_fwd<decltype(t), decltype(head_dim)::value>(f, a);
+  });
+  dispatch_fp8_instance(p.dtype, p.head_dim, [&](auto t, auto head_dim) {
+    status = sm90::launch_fwd_fp8<decltype(t), decltype(head_dim)::value>(f, a);
   });
   return status;
 }

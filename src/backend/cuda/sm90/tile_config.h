@@ -54,12 +54,31 @@ struct TileConfig {
   // when it fits beside them (else O is staged in the Q tile and the next
   // tile's Q waits for the store), then the mbarriers; plus 1024 bytes to
   // align the base to a swizzle atom.
-  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages) + 8;  // + the tile slot
+  // The barriers: Q's full / empty, K's and V's per stage, the bias ring's
+  // per stage and consumer (room for kMaxBiasStages), the tile slot.
+  static constexpr int kMaxBiasStages = 2;
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8;
   static constexpr int kSmemMax = 227 * 1024;
   static constexpr bool kSeparateO =
       1024 + 2 * kQBytes + 2 * kStages * kKVBytes + kBarrierBytes <= kSmemMax;
   static constexpr int kSmemBytes =
       1024 + kQBytes * (kSeparateO ? 2 : 1) + 2 * kStages * kKVBytes + kBarrierBytes;
+
+  // The score-transform kernel (ScoreOps::kAll) stages a 16-bit bias tensor
+  // through the copy engine (fwd_kernel.cuh): per stage, one [64 rows]
+  // [kBlockN keys] tile per consumer, as kBlockN / 64 128-byte-swizzled
+  // panels (the layout wgmma.cuh gives Q and K), after the barriers at the
+  // next 1024-byte boundary, in as many stages (up to kMaxBiasStages) as fit
+  // beside the rest. D=64: 2 stages of 48 KB; D=128: 1 stage of 32 KB (the
+  // K/V ring, Q and O take 192 KB); D=256: 2 stages of 16 KB. The plain
+  // kernels ask for kSmemBytes alone.
+  static constexpr int kBiasBytes = 64 * kBlockN * 2;  // one consumer's tile
+  static constexpr int kBiasStageBytes = kConsumers * kBiasBytes;
+  static constexpr int kBiasOffset = (kSmemBytes - 1024 + 1023) / 1024 * 1024;
+  static constexpr int kBiasStages = 1024 + kBiasOffset + 2 * kBiasStageBytes <= kSmemMax ? 2
+                                     : 1024 + kBiasOffset + kBiasStageBytes <= kSmemMax   ? 1
+                                                                                          : 0;
+  static constexpr int kSmemBytesBias = 1024 + kBiasOffset + kBiasStages * kBiasStageBytes;
 
   // Register split (setmaxnreg): 128 * kProducerRegs + 128 * kConsumers *
   // kConsumerRegs <= 64K registers.
@@ -70,6 +89,8 @@ struct TileConfig {
   static_assert(!kQInRegs || kSeparateO, "an early Q release needs O staged outside Q's buffer");
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; one copy box of rows");
+  static_assert(kBiasStages >= 1, "a bias stage must fit beside Q, K/V and O");
+  static_assert(kBlockN % 64 == 0, "whole 64-key panels of a bias tile");
   // setmaxnreg moves registers within what the CTA got at launch: 64K /
   // kThreads per thread, rounded down to a multiple of 8. Asking for more
   // than that pool holds makes the consumers' setmaxnreg.inc wait forever

@@ -22,6 +22,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -30,12 +31,14 @@ namespace fmha::cuda::sm90 {
 // Descriptor of a 128B-swizzled operand starting at shared address `addr`
 // (a byte address in the shared window, 16-byte aligned; the atom base must
 // be 1024-byte aligned). lbo / sbo in bytes.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+// swizzle_bytes 64: the 64-byte swizzle (8-row atoms of 512 bytes; an FP8
+// V^T tile's last 64 keys).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo, int swizzle_bytes = 128) {
   uint64_t d = 0;
   d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
   d |= static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16;
   d |= static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
-  d |= 1ull << 62;  // 128-byte swizzle
+  d |= (swizzle_bytes == 64 ? 2ull : 1ull) << 62;  // layout type: 1 = 128-byte swizzle, 2 = 64-byte
   return d;
 }
 
