@@ -47,8 +47,12 @@ struct TileConfig {
   // 228 KB (80 + 32 KB at D=64, 96 + 16 KB at D=128; a paged one at D=64
   // needs 1.5 KB more and then runs 1) and the narrow ones 3.
   static constexpr int kSmemBias = kBlockM * ((kBlockN + 63) / 64) * 128;
-  static constexpr int bias_offset(bool paged_entries) { return paged_entries ? kSmemPagedBytes : kSmemBytes; }
-  static constexpr int smem_bytes(bool paged_entries, bool bias) {
+  // Host and device: the kernel places its buffers with them, the launcher
+  // sizes the shared memory.
+  __host__ __device__ static constexpr int bias_offset(bool paged_entries) {
+    return paged_entries ? kSmemPagedBytes : kSmemBytes;
+  }
+  __host__ __device__ static constexpr int smem_bytes(bool paged_entries, bool bias) {
     return bias_offset(paged_entries) + (bias ? kSmemBias : 0);
   }
 
@@ -71,8 +75,8 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
   // No block-table entries (the FP8 gather reads the table itself) and no
   // bias buffer (a bias over FP8 K/V is refused): the raw stages are all.
   static constexpr int kSmemPagedBytes = kSmemBytes;
-  static constexpr int bias_offset(bool) { return kSmemBytes; }
-  static constexpr int smem_bytes(bool, bool) { return kSmemBytes; }
+  __host__ __device__ static constexpr int bias_offset(bool) { return kSmemBytes; }
+  __host__ __device__ static constexpr int smem_bytes(bool, bool) { return kSmemBytes; }
 
   static_assert(kRawStages >= 2, "a raw stage in flight while one is read");
   static_assert(kHeadDim_ % 32 == 0, "whole 32-byte (k32) blocks of an FP8 key row");
