@@ -476,6 +476,22 @@ struct NonFiniteV {
   }
 };
 
+// P's A fragments of k16 step kk in the product's 16-bit type Pv and, for
+// the guarded P V, its 0/1 weights (1 where p != 0). kk is a compile-time
+// index after the callers' unrolled loops (p lives in registers).
+template <class Pv, bool kWeights, class Cfg>
+__device__ __forceinline__ void pack_p_step(const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], int kk,
+                                            uint32_t (&pf)[Cfg::kMSlices][4], uint32_t (&pw)[Cfg::kMSlices][4]) {
+#pragma unroll
+  for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const float p0 = p[ms][2 * kk + x / 2][2 * (x % 2)], p1 = p[ms][2 * kk + x / 2][2 * (x % 2) + 1];
+      pf[ms][x] = pack2<Pv>(p0, p1);
+      if constexpr (kWeights) pw[ms][x] = pack2<Pv>(p0 != 0.f ? 1.f : 0.f, p1 != 0.f ? 1.f : 0.f);
+    }
+}
+
 template <class T, class Cfg>
 __device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
                                 const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV,
@@ -486,14 +502,7 @@ __device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
 #pragma unroll  // p lives in registers: its indices must be compile-time
   for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
     uint32_t pf[Cfg::kMSlices][4], pw[Cfg::kMSlices][4];
-#pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        const float p0 = p[ms][2 * kk + x / 2][2 * (x % 2)], p1 = p[ms][2 * kk + x / 2][2 * (x % 2) + 1];
-        pf[ms][x] = pack2<T>(p0, p1);
-        pw[ms][x] = pack2<T>(p0 != 0.f ? 1.f : 0.f, p1 != 0.f ? 1.f : 0.f);
-      }
+    pack_p_step<T, true, Cfg>(p, kk, pf, pw);
 #pragma unroll
     for (int dp = 0; dp < Cfg::kDTiles / 2; ++dp) {
       uint32_t vf[4], vs[4], vb[4];
@@ -750,14 +759,7 @@ struct WarpPVFp8 {
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
       uint32_t pf[Cfg::kMSlices][4], pw[Cfg::kMSlices][4];
-#pragma unroll
-      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-          const float p0 = p[ms][2 * kk + x / 2][2 * (x % 2)], p1 = p[ms][2 * kk + x / 2][2 * (x % 2) + 1];
-          pf[ms][x] = pack2<Pv>(p0, p1);
-          if constexpr (kGuarded) pw[ms][x] = pack2<Pv>(p0 != 0.f ? 1.f : 0.f, p1 != 0.f ? 1.f : 0.f);
-        }
+      pack_p_step<Pv, kGuarded, Cfg>(p, kk, pf, pw);
 #pragma unroll
       for (int cp = 0; cp < Cfg::kHeadDim / 32; ++cp) {
         uint32_t r[4];
