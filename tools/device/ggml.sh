@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Issue 10: CPU decode against the memory bandwidth, and fmha beside ggml's
+# ggml_flash_attn_ext (llama.cpp's CPU flash attention), on the GPU
+# machine's host CPU (16-core Sapphire Rapids), from the repository root.
+# Needs ggml's sources at .devbin/ggml (GGML_SRC; see tools/bench_vs_ggml.sh),
+# built here with -march=native. Logs under $OUT (else ./ggml-out),
+# summary.txt first; about 3 minutes:
+#
+#   1. fmha CPU-only (Release, -j16): libfmha and bench_cpu
+#   2. ggml's CPU backend and tests/perf/bench_ggml.cpp (tools/bench_vs_ggml.sh)
+#   3. bench_ggml at 1 and all threads: prefill H8 N2048 D128 causal and not,
+#      decode Hq32/Hk8 Nq1 D128 Nk 4096/16384/65536; F16 and BF16 K/V
+#   4. bench_cpu --decode (Nk 16384 and 65536, F16 and BF16, 1 and all
+#      threads) with the bandwidth columns: K+V GB/s beside memcpy and a
+#      read-only pass in the same run
+#
+# What it should show: every step rc=0; in bench_ggml.log, speed (ggml ms /
+# fmha ms) and both rel-L2 columns (fmha ~1e-6 or below with its F32 output,
+# ggml ~1e-2 for F16 K/V, whose V products it accumulates in F16); in
+# bench_cpu.log the KV/memcpy column (the issue's bar: >= 70% for Nk >= 16k).
+set -u -o pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+out=${OUT:-$root/ggml-out}
+mkdir -p "$out"
+bdir=${GGML_BUILD_DIR:-$root/build-ggml}
+summary="$out/summary.txt"
+: >"$summary"
+status=0
+t_start=$SECONDS
+STEP_PATTERN='^(shape|prefill|decode| +[0-9]+ )|ERROR|error:|bench_ggml:|not found'
+STEP_LINES=60
+source "$root/tools/device/steps.sh"
+all=$(nproc)
+jobs=${GGML_JOBS:-16}
+
+note "ggml.sh $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+note "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $all cpus; ggml: $(cat "${GGML_SRC:-$root/.devbin/ggml}/SOURCE.txt" 2>/dev/null || echo "no .devbin/ggml")"
+
+STEP_TIMEOUT=150 step build "$out/build.log" bash -c "
+  cmake -S '$root' -B '$bdir/fmha' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFMHA_ENABLE_CUDA=OFF \
+    -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON &&
+  cmake --build '$bdir/fmha' -j$jobs --target fmha bench_cpu" || exit 1
+
+# bench_vs_ggml builds ggml and bench_ggml, then runs it (its build lines
+# go to $bdir/*.log).
+STEP_TIMEOUT=120 step bench_ggml_decode "$out/bench_ggml.log" env BUILD_DIR="$bdir" FMHA_BUILD="$bdir/fmha" JOBS=$jobs \
+  "$root/tools/bench_vs_ggml.sh" -- --shapes decode --threads "1,$all" --reps 7 --warmup 1 || status=1
+tail -n 5 "$bdir/ggml-build.log" >>"$out/build.log" 2>/dev/null
+# Prefill: ggml's BF16 K/V take its per-row path, seconds per call at one
+# thread, hence fewer rounds.
+STEP_TIMEOUT=100 step bench_ggml_prefill "$out/bench_ggml.part" "$bdir/bench_ggml" --shapes prefill \
+  --threads "1,$all" --reps 3 --warmup 1 || status=1
+cat "$out/bench_ggml.part" >>"$out/bench_ggml.log"
+rm -f "$out/bench_ggml.part"
+
+bench=$bdir/fmha/tests/perf/bench_cpu
+: >"$out/bench_cpu.log"
+for nk in 16384 65536; do
+  for dt in f16 bf16; do
+    STEP_PATTERN='^ +[0-9]+ |bench_cpu:' STEP_TIMEOUT=60 step "decode_${dt}_$nk" "$out/bench_cpu.part" \
+      "$bench" --decode --nk "$nk" --dtype "$dt" --threads "1,$all" --reps 9 || status=1
+    cat "$out/bench_cpu.part" >>"$out/bench_cpu.log"
+  done
+done
+rm -f "$out/bench_cpu.part"
+note "status $status, $((SECONDS - t_start))s"
+exit $status
