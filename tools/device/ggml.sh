@@ -6,18 +6,21 @@
 # built here with -march=native. Logs under $OUT (else ./ggml-out),
 # summary.txt first; about 3 minutes:
 #
-#   1. fmha CPU-only (Release, -j16): libfmha and bench_cpu
+#   1. fmha CPU-only (Release, -j16): libfmha, bench_cpu, test_cpu, fuzz_replay
 #   2. ggml's CPU backend and tests/perf/bench_ggml.cpp (tools/bench_vs_ggml.sh)
 #   3. bench_ggml at 1 and all threads: prefill H8 N2048 D128 causal and not,
 #      decode Hq32/Hk8 Nq1 D128 Nk 4096/16384/65536; F16 and BF16 K/V
 #   4. bench_cpu --decode (Nk 16384 and 65536, F16 and BF16, 1 and all
 #      threads) with the bandwidth columns: K+V GB/s beside memcpy and a
 #      read-only pass in the same run
+#   5. test_cpu (the automatic path: amx on this host, whose packed decode
+#      blocks run the decode16 kernels) and the fuzz corpus replay
 #
 # What it should show: every step rc=0; in bench_ggml.log, speed (ggml ms /
 # fmha ms) and both rel-L2 columns (fmha ~1e-6 or below with its F32 output,
 # ggml ~1e-2 for F16 K/V, whose V products it accumulates in F16); in
-# bench_cpu.log the KV/memcpy column (the issue's bar: >= 70% for Nk >= 16k).
+# bench_cpu.log the KV/memcpy column (the issue's bar: >= 70% for Nk >= 16k);
+# "0 failed" for test_cpu and "100% tests passed" for the replay.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out=${OUT:-$root/ggml-out}
@@ -39,7 +42,7 @@ note "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $all cpus; ggml: $(cat "${GG
 STEP_TIMEOUT=150 step build "$out/build.log" bash -c "
   cmake -S '$root' -B '$bdir/fmha' -G Ninja -DCMAKE_BUILD_TYPE=Release -DFMHA_ENABLE_CUDA=OFF \
     -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON &&
-  cmake --build '$bdir/fmha' -j$jobs --target fmha bench_cpu" || exit 1
+  cmake --build '$bdir/fmha' -j$jobs --target fmha bench_cpu test_cpu fuzz_replay" || exit 1
 
 # bench_vs_ggml builds ggml and bench_ggml, then runs it (its build lines
 # go to $bdir/*.log).
@@ -63,5 +66,8 @@ for nk in 16384 65536; do
   done
 done
 rm -f "$out/bench_cpu.part"
+STEP_PATTERN='\[doctest\] (test cases|assertions)|ERROR:' STEP_TIMEOUT=60 step test_cpu "$out/tests.log" "$bdir/fmha/tests/test_cpu" || status=1
+STEP_PATTERN='tests passed|tests failed|Failed' STEP_TIMEOUT=30 step fuzz_replay "$out/replay.log" \
+  ctest --test-dir "$bdir/fmha" -R fuzz_corpus_replay --output-on-failure || status=1
 note "status $status, $((SECONDS - t_start))s"
 exit $status
