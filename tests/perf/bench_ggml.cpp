@@ -137,8 +137,12 @@ double median(std::vector<double> v) {
 }
 
 // The 16-bit storage of one dtype, both ways.
-float to_float(uint16_t u, fmha_dtype t) { return t == FMHA_DTYPE_F16 ? fmha::half_to_float(u) : fmha::bf16_to_float(u); }
-uint16_t from_float(float f, fmha_dtype t) { return t == FMHA_DTYPE_F16 ? fmha::float_to_half(f) : fmha::float_to_bf16(f); }
+float to_float(uint16_t u, fmha_dtype t) {
+  return t == FMHA_DTYPE_F16 ? fmha::half_to_float(u) : fmha::bf16_to_float(u);
+}
+uint16_t from_float(float f, fmha_dtype t) {
+  return t == FMHA_DTYPE_F16 ? fmha::float_to_half(f) : fmha::float_to_bf16(f);
+}
 
 fmha_tensor bhnd(void* data, fmha_dtype t, int64_t h, int64_t n, int64_t d) {
   fmha_tensor x;

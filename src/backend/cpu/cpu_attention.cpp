@@ -191,6 +191,16 @@ static_assert(kDotTileKeys <= 32, "a dot-product tile must fit the scratch of ev
 // is staged, so a tile costs no scratch. bench_cpu --decode --nk 2048 (K/V
 // in L3), 1 thread, min ms, 32 / 64 keys: f16 0.30 / 0.27, bf16 0.26 / 0.23.
 constexpr int64_t kDecode16TileKeys = 64;
+// Build-time switches for measuring decode16 against what it replaced, on
+// the machine in question (tools/device/ggml.sh builds the variants):
+// FMHA_CPU_DECODE16=0 leaves packed decode blocks on the staged path,
+// FMHA_CPU_DECODE16_PREFETCH=0 drops the software prefetch of the next tile.
+#if !defined(FMHA_CPU_DECODE16)
+#define FMHA_CPU_DECODE16 1
+#endif
+#if !defined(FMHA_CPU_DECODE16_PREFETCH)
+#define FMHA_CPU_DECODE16_PREFETCH 1
+#endif
 constexpr int64_t kLanes = 16;
 constexpr int64_t kDotKeys = 2;
 constexpr int64_t kDotStripRows = 4;
@@ -903,9 +913,10 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_dot_tile(const ui
 // contiguous, the block instead reads each key's K and V row where it lies
 // (one row pointer per key, so dense, packed and paged layouts alike) and
 // widens it in registers (vcvtph2ps; BF16 by a 16-bit shift), once per
-// strip of rows. The sums are those of the staged path, term for term and in
-// the same order (the same lanes and folds for the scores, the same FMA
-// chain over keys for P . V), so the results are bit for bit the same.
+// strip of rows. Within a tile the sums are those of the staged path, term
+// for term and in the same order (the same lanes and folds for the scores,
+// the same FMA chain over keys for P . V); the tiles are longer
+// (kDecode16TileKeys), which moves the points where o is rescaled.
 
 // 16 elements of a 16-bit row as FP32 (both conversions exact).
 template <bool kBf16>
@@ -964,8 +975,8 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512 void decode16_dot_tile(const ui
 }
 
 // Whether P (rows x keys, lds apart) holds a zero weight.
-__attribute__((noinline)) FMHA_CPU_TARGET_AVX512 bool decode16_any_zero(const float* p, int64_t lds, int64_t nr,
-                                                                    int64_t nk) {
+[[maybe_unused]] __attribute__((noinline)) FMHA_CPU_TARGET_AVX512 bool decode16_any_zero(const float* p, int64_t lds,
+                                                                                         int64_t nr, int64_t nk) {
   const __m512 zero = _mm512_setzero_ps();
   __mmask16 any = 0;
   for (int64_t r = 0; r < nr; ++r) {
@@ -1259,7 +1270,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // multiple of 32 (no padding past a row's end). Scores from Q as raw BF16
   // rows (raw_dots below, bf16_dot_tile) or as FP32 rows (decode16_dot_tile).
 #if FMHA_CPU_X86_VARIANTS
-  constexpr bool kDecode16Isa = isa_is_x86(kIsa) && kIsa >= CpuIsa::kAvx512;
+  constexpr bool kDecode16Isa = FMHA_CPU_DECODE16 && isa_is_x86(kIsa) && kIsa >= CpuIsa::kAvx512;
 #else
   constexpr bool kDecode16Isa = false;
 #endif
@@ -1509,7 +1520,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         const uint16_t** vrow = rows_v[cur];
         if (t == tiles.t_begin) find_rows(t, krow, vrow);
         const int64_t next_bc = t + 1 < tiles.t_end ? find_rows(t + 1, rows_k[cur ^ 1], rows_v[cur ^ 1]) : 0;
-        const Prefetch ahead{rows_k[cur ^ 1], rows_v[cur ^ 1], next_bc, D * 2};
+        const Prefetch ahead{rows_k[cur ^ 1], rows_v[cur ^ 1], FMHA_CPU_DECODE16_PREFETCH ? next_bc : 0, D * 2};
         const bool bf16 = kvt == FMHA_DTYPE_BF16;
         if (raw_dots) {
           if constexpr (isa_has_bf16_dot(kIsa))
