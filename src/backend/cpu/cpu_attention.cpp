@@ -39,7 +39,9 @@
 // packs them (row r = query head r / Nq of the group, query r % Nq), so each
 // K/V element is loaded and converted once per kv head instead of once per
 // query head; with up to kDotRows rows the scores are per-key dot products
-// rather than a product padded to kMicroCols rows. Such a block's keys are
+// rather than a product padded to kMicroCols rows. On the AVX-512 paths a
+// block of up to kDecode16Rows rows with F16/BF16 K/V reads the K and V rows
+// in place instead of staging them (decode16 below). Such a block's keys are
 // also cut into splits (core/key_tiles.h) when there are few kv heads: each
 // split writes its unnormalized (m, l, o) to the workspace and a second pass
 // merges them in split order, in FP64 (log-sum-exp). The split count depends
@@ -191,6 +193,11 @@ static_assert(kDotTileKeys <= 32, "a dot-product tile must fit the scratch of ev
 // is staged, so a tile costs no scratch. bench_cpu --decode --nk 2048 (K/V
 // in L3), 1 thread, min ms, 32 / 64 keys: f16 0.30 / 0.27, bf16 0.26 / 0.23.
 constexpr int64_t kDecode16TileKeys = 64;
+// decode16 takes packed blocks of up to 32 rows (Nq 5-8 with G = 4 would
+// otherwise pad 20-28 rows to the staged product's 32): bench_cpu --decode
+// --nk 2048, F16, 1 thread, min ms staged / decode16: Nq=5 1.71 / 1.10,
+// Nq=6 1.81 / 1.29, Nq=8 1.97 / 1.73.
+constexpr int64_t kDecode16Rows = 32;
 // Build-time switches for measuring decode16 against what it replaced, on
 // the machine in question (tools/device/ggml.sh builds the variants):
 // FMHA_CPU_DECODE16=0 leaves packed decode blocks on the staged path,
@@ -1264,19 +1271,25 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   auto h_of = [&](int64_t r) { return packed ? h + r / nq : h; };
   // Scores as dot products (few packed rows: Q row-major in qt, S rows x
   // keys) or as the padded product (Q^T in qt, S keys x rows).
-  const bool dot = packed && nr <= kDotRows;
   // decode16 (AVX-512 paths, packed dot-product blocks): K and V rows read
   // in place when they are F16 or BF16, contiguous, and head_dim is a
   // multiple of 32 (no padding past a row's end). Scores from Q as raw BF16
   // rows (raw_dots below, bf16_dot_tile) or as FP32 rows (decode16_dot_tile).
+  // It takes packed blocks of up to kDecode16Rows rows (the staged dot form
+  // up to kDotRows), except on the amx path, whose tiles take the blocks
+  // past kDotRows.
 #if FMHA_CPU_X86_VARIANTS
   constexpr bool kDecode16Isa = FMHA_CPU_DECODE16 && isa_is_x86(kIsa) && kIsa >= CpuIsa::kAvx512;
+  constexpr int64_t kDecode16MaxRows = kIsa == CpuIsa::kAmx ? kDotRows : kDecode16Rows;
 #else
   constexpr bool kDecode16Isa = false;
+  constexpr int64_t kDecode16MaxRows = kDotRows;
 #endif
   const bool kv_16 = kvt == FMHA_DTYPE_BF16 || kvt == FMHA_DTYPE_F16;
-  const bool decode16 =
-      kDecode16Isa && dot && kv_16 && D % 32 == 0 && p.k.stride[3] == 1 && p.v.stride[3] == 1;
+  const bool decode16_fits = kDecode16Isa && packed && kv_16 && D % 32 == 0 && p.k.stride[3] == 1 &&
+                             p.v.stride[3] == 1;
+  const bool dot = packed && nr <= (decode16_fits ? kDecode16MaxRows : kDotRows);
+  const bool decode16 = decode16_fits && dot;
   // Keys per streamed tile (a dot-product block's S rows are L.keys apart).
   const int64_t KT = decode16 ? std::min(kDecode16TileKeys, L.keys) : dot ? kDotTileKeys : L.keys;
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
