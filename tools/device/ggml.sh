@@ -15,7 +15,7 @@
 #      same run; at Nk=16384 for the library and, interleaved, two variants
 #      built beside it: "staged" (packed decode blocks as before decode16)
 #      and "noprefetch" (decode16 without software prefetch); at Nk=65536
-#      for the library
+#      for the library; Nq=4 at Nk=16384 for the library and "staged"
 #   5. test_cpu (the automatic path: amx on this host, whose packed decode
 #      blocks run the decode16 kernels) and the fuzz corpus replay
 #
@@ -82,16 +82,17 @@ rm -f "$out/bench_ggml.part"
 # second in reverse order), each with its own memcpy / read-only columns.
 bench=$bdir/fmha/tests/perf/bench_cpu
 : >"$out/bench_cpu.log"
-ab() {  # variant library-dir dtype nk
+ab() {  # variant library-dir dtype nk [nq]
+  local nq=${5:-1}
   if [ ! -f "$2/libfmha.so.0" ]; then
     note "  $1: no library"
     return
   fi
-  echo "== $1 $3 Nk=$4" >>"$out/bench_cpu.log"
-  LD_LIBRARY_PATH="$2" timeout 60 "$bench" --decode --nk "$4" --dtype "$3" --threads "1,$all" --reps 9 \
+  echo "== $1 $3 Nk=$4 Nq=$nq" >>"$out/bench_cpu.log"
+  LD_LIBRARY_PATH="$2" timeout 60 "$bench" --decode --nk "$4" --nq "$nq" --dtype "$3" --threads "1,$all" --reps 9 \
     >>"$out/bench_cpu.log" 2>&1 || status=1
-  tail -n 2 "$out/bench_cpu.log" | grep -E '^ +[0-9]+ ' | sed "s/^/$(printf '%-10s %-4s %6s' "$1" "$3" "$4")/" |
-    tee -a "$summary"
+  tail -n 2 "$out/bench_cpu.log" | grep -E '^ +[0-9]+ ' |
+    sed "s/^/$(printf '%-10s %-4s %6s %s' "$1" "$3" "$4" "nq$nq")/" | tee -a "$summary"
 }
 t0=$SECONDS
 note "bench_cpu --decode (Hq32/Hk8 Nq1 D128): variant dtype Nk | threads median-ms min-ms GFLOP/s workspace rel-L2 KV-GB/s memcpy read KV/memcpy"
@@ -107,6 +108,11 @@ for dt in f16 bf16; do
 done
 for dt in f16 bf16; do
   ab decode16 "$bdir/fmha/src" "$dt" 65536
+done
+# Nq=4 (16 rows per block: 4x the FLOP per byte of Nq=1).
+for dt in f16 bf16; do
+  ab decode16 "$bdir/fmha/src" "$dt" 16384 4
+  ab staged "$bdir/staged/src" "$dt" 16384 4
 done
 note "bench_cpu A/B: $((SECONDS - t0))s"
 STEP_PATTERN='\[doctest\] (test cases|assertions)|ERROR:' STEP_TIMEOUT=60 step test_cpu "$out/tests.log" "$bdir/fmha/tests/test_cpu" || status=1
