@@ -201,13 +201,15 @@ constexpr int64_t kDecode16Rows = 32;
 // Build-time switches for measuring decode16 against what it replaced, on
 // the machine in question (tools/device/ggml.sh builds the variants):
 // FMHA_CPU_DECODE16=0 leaves packed decode blocks on the staged path,
-// FMHA_CPU_DECODE16_PREFETCH=0 drops the software prefetch of the next tile.
+// FMHA_CPU_DECODE16_PREFETCH is how many tiles ahead the software prefetch
+// runs: 1 (the next tile), 2, or 0 (none: the hardware prefetchers only).
 #if !defined(FMHA_CPU_DECODE16)
 #define FMHA_CPU_DECODE16 1
 #endif
 #if !defined(FMHA_CPU_DECODE16_PREFETCH)
 #define FMHA_CPU_DECODE16_PREFETCH 1
 #endif
+static_assert(FMHA_CPU_DECODE16_PREFETCH >= 0 && FMHA_CPU_DECODE16_PREFETCH <= 2, "a ring of 3 tiles' rows");
 constexpr int64_t kLanes = 16;
 constexpr int64_t kDotKeys = 2;
 constexpr int64_t kDotStripRows = 4;
@@ -1500,8 +1502,10 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   const Extra* extra_ptr = extra.bias != nullptr || extra.slopes != nullptr ? &extra : nullptr;
 
   // decode16: the K and V rows of key tile t (this tile's and the next's).
-  [[maybe_unused]] const uint16_t* rows_k[2][kDecode16TileKeys];
-  [[maybe_unused]] const uint16_t* rows_v[2][kDecode16TileKeys];
+  // A ring of 3: this tile's, and those up to FMHA_CPU_DECODE16_PREFETCH ahead.
+  constexpr int64_t kAhead = FMHA_CPU_DECODE16_PREFETCH;
+  [[maybe_unused]] const uint16_t* rows_k[3][kDecode16TileKeys];
+  [[maybe_unused]] const uint16_t* rows_v[3][kDecode16TileKeys];
   [[maybe_unused]] auto find_rows = [&](int64_t t, const uint16_t** kr, const uint16_t** vr) {
     const int64_t j0 = std::max(t * KT, block_lo);
     const int64_t n = std::min((t + 1) * KT, block_hi) - j0;
@@ -1522,18 +1526,21 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
 #if FMHA_CPU_X86_VARIANTS
     if constexpr (kDecode16Isa) {
       if (decode16) {
-        // The tile's K and V rows where they are (found while the previous
-        // tile ran), and the next tile's, which the products below prefetch
-        // as they go: one key's K rows ahead in the scores and V rows in
-        // P . V, a tile apart. Rows more than a tile ahead help across 4 KiB
-        // page boundaries, where the hardware prefetchers stop (paged K/V, or
-        // every 16 keys of a dense F16 head at D = 128).
-        const int64_t cur = (t - tiles.t_begin) & 1;
+        // The tile's K and V rows where they are (found while an earlier
+        // tile ran), and those of the tile kAhead further, which the score
+        // kernels prefetch as they go, key by key. Rows that far ahead help
+        // across 4 KiB page boundaries, where the hardware prefetchers stop
+        // (paged K/V, or every 16 keys of a dense F16 head at D = 128).
+        const int64_t cur = (t - tiles.t_begin) % 3;
         const uint16_t** krow = rows_k[cur];
         const uint16_t** vrow = rows_v[cur];
-        if (t == tiles.t_begin) find_rows(t, krow, vrow);
-        const int64_t next_bc = t + 1 < tiles.t_end ? find_rows(t + 1, rows_k[cur ^ 1], rows_v[cur ^ 1]) : 0;
-        const Prefetch ahead{rows_k[cur ^ 1], rows_v[cur ^ 1], FMHA_CPU_DECODE16_PREFETCH ? next_bc : 0, D * 2};
+        if (t == tiles.t_begin)
+          for (int64_t i = 0; i < kAhead && t + i < tiles.t_end; ++i) find_rows(t + i, rows_k[i], rows_v[i]);
+        if (kAhead == 0) find_rows(t, krow, vrow);
+        const int64_t far = (cur + kAhead) % 3;
+        const int64_t far_bc =
+            kAhead > 0 && t + kAhead < tiles.t_end ? find_rows(t + kAhead, rows_k[far], rows_v[far]) : 0;
+        const Prefetch ahead{rows_k[far], rows_v[far], far_bc, D * 2};
         const bool bf16 = kvt == FMHA_DTYPE_BF16;
         if (raw_dots) {
           if constexpr (isa_has_bf16_dot(kIsa))
