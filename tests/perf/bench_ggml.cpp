@@ -1,7 +1,7 @@
 // bench_ggml: fmha's CPU forward beside ggml's ggml_flash_attn_ext (llama.cpp's
 // CPU flash attention) on the same inputs, the same thread count, in one run.
 //
-//   bench_ggml [--threads 1,2] [--reps 7] [--warmup 1] [--rows 16]
+//   bench_ggml [--threads 1,2] [--reps 7] [--mt-reps R] [--warmup 1] [--rows 16]
 //              [--dtypes f16,bf16] [--shapes prefill,decode] [--nk 4096,16384,65536]
 //
 // Not part of the default build: it needs ggml's sources, which the project
@@ -27,14 +27,16 @@
 // (GGML_PREC_DEFAULT: F16 V accumulates in F16 on its vector path, F32 on
 // its tiled prefill path).
 //
-// Timing: --warmup calls of each, then --reps rounds, each timing one ggml
+// Timing: --warmup calls of each, then --reps rounds (--mt-reps, default 3 x
+// --reps, with more than one thread, where a round is short and the spread
+// wide), each timing one ggml
 // graph compute and one fmha_forward, in alternating order (ggml first on
 // even rounds), so both see the same machine state; with more than one
 // thread each timed call follows an untimed one of the same side, so
 // neither is timed while the other's idle threads still spin (ggml's OpenMP
 // workers do after a graph) or while its own threads wake. Printed per row: each
 // side's median and min ms, speed = ggml median / fmha median (> 1: fmha
-// faster), the K+V read rate of each (decode: the bytes of K and V once,
+// faster) and the same of the minima, the K+V read rate of each (decode: the bytes of K and V once,
 // over the median) and each side's relative L2 error on --rows sampled
 // query rows against a float64 reference from the same rounded inputs.
 #include <algorithm>
@@ -61,7 +63,7 @@ struct Options {
   std::vector<std::string> dtypes = {"f16", "bf16"};
   std::vector<std::string> shapes = {"prefill", "decode"};
   std::vector<int64_t> nk = {4096, 16384, 65536};
-  int warmup = 1, reps = 7, rows = 16;
+  int warmup = 1, reps = 7, mt_reps = 0, rows = 16;  // mt_reps 0: 3 x reps
 };
 
 struct Shape {
@@ -72,8 +74,8 @@ struct Shape {
 
 [[noreturn]] void usage(const char* msg) {
   std::fprintf(stderr,
-               "%s\nusage: bench_ggml [--threads 1,2] [--reps R] [--warmup W] [--rows K] [--dtypes f16,bf16] "
-               "[--shapes prefill,decode] [--nk 4096,16384,65536]\n",
+               "%s\nusage: bench_ggml [--threads 1,2] [--reps R] [--mt-reps R] [--warmup W] [--rows K] "
+               "[--dtypes f16,bf16] [--shapes prefill,decode] [--nk 4096,16384,65536]\n",
                msg);
   std::exit(2);
 }
@@ -108,6 +110,8 @@ Options parse(int argc, char** argv) {
       o.shapes = split_list(value());
     } else if (a == "--reps") {
       o.reps = std::atoi(value().c_str());
+    } else if (a == "--mt-reps") {
+      o.mt_reps = std::atoi(value().c_str());
     } else if (a == "--warmup") {
       o.warmup = std::atoi(value().c_str());
     } else if (a == "--rows") {
@@ -116,7 +120,9 @@ Options parse(int argc, char** argv) {
       usage(("unknown argument " + a).c_str());
     }
   }
-  if (o.reps < 1 || o.warmup < 0 || o.rows < 1 || o.threads.empty()) usage("--reps, --rows must be positive");
+  if (o.reps < 1 || o.mt_reps < 0 || o.warmup < 0 || o.rows < 1 || o.threads.empty())
+    usage("--reps, --rows must be positive");
+  if (o.mt_reps == 0) o.mt_reps = 3 * o.reps;
   for (int t : o.threads)
     if (t < 1) usage("--threads must be positive");
   for (const auto& d : o.dtypes)
@@ -299,11 +305,11 @@ int main(int argc, char** argv) {
   }
   const uint32_t fv = fmha_version();
   std::printf("bench_ggml: ggml %s (%s; ggml_flash_attn_ext, GGML_PREC_DEFAULT) vs fmha %u.%u.%u; "
-              "median of %d interleaved rounds after %d warm-up\n",
-              ggml_version(), ggml_commit(), fv / 10000, fv / 100 % 100, fv % 100, o.reps, o.warmup);
-  std::printf("%-26s %5s %7s %7s %10s %10s %10s %10s %7s %9s %9s %10s %10s\n", "shape", "dtype", "Nk", "threads",
-              "ggml ms", "fmha ms", "ggml min", "fmha min", "speed", "ggml GB/s", "fmha GB/s", "ggml rL2",
-              "fmha rL2");
+              "median of %d interleaved rounds (%d with several threads) after %d warm-up\n",
+              ggml_version(), ggml_commit(), fv / 10000, fv / 100 % 100, fv % 100, o.reps, o.mt_reps, o.warmup);
+  std::printf("%-26s %5s %7s %7s %10s %10s %10s %10s %7s %9s %9s %9s %10s %10s\n", "shape", "dtype", "Nk",
+              "threads", "ggml ms", "fmha ms", "ggml min", "fmha min", "speed", "speed min", "ggml GB/s", "fmha GB/s",
+              "ggml rL2", "fmha rL2");
   std::mt19937_64 rng(20261201);
   int rc = 0;
   for (const Shape& s : shapes) {
@@ -335,7 +341,8 @@ int main(int argc, char** argv) {
         std::fill(c.o_ggml.begin(), c.o_ggml.end(), NAN);
         std::vector<double> tg, tf;
         bool ok = true;
-        for (int r = 0; r < o.warmup + o.reps && ok; ++r) {
+        const int reps = threads > 1 ? o.mt_reps : o.reps;
+        for (int r = 0; r < o.warmup + reps && ok; ++r) {
           double ms_g = 0, ms_f = 0;
           for (int side = 0; side < 2; ++side) {
             const bool ggml_now = (side == 0) == (r % 2 == 0);
@@ -365,6 +372,7 @@ int main(int argc, char** argv) {
         }
         const auto err = sampled_errors(c, o.rows);
         const double mg = median(tg), mf = median(tf);
+        const double ng = *std::min_element(tg.begin(), tg.end()), nf = *std::min_element(tf.begin(), tf.end());
         // The K+V read rate means something for decode only (prefill reuses
         // each K/V tile across many query rows).
         char rate_g[16] = "-", rate_f[16] = "-";
@@ -372,9 +380,9 @@ int main(int argc, char** argv) {
           std::snprintf(rate_g, sizeof rate_g, "%.1f", kv_bytes / (mg * 1e6));
           std::snprintf(rate_f, sizeof rate_f, "%.1f", kv_bytes / (mf * 1e6));
         }
-        std::printf("%-26s %5s %7" PRId64 " %7d %10.3f %10.3f %10.3f %10.3f %7.2f %9s %9s %10.2e %10.2e\n", s.name,
-                    dname.c_str(), s.nk, threads, mg, mf, *std::min_element(tg.begin(), tg.end()),
-                    *std::min_element(tf.begin(), tf.end()), mg / mf, rate_g, rate_f, err.second, err.first);
+        std::printf("%-26s %5s %7" PRId64 " %7d %10.3f %10.3f %10.3f %10.3f %7.2f %9.2f %9s %9s %10.2e %10.2e\n",
+                    s.name, dname.c_str(), s.nk, threads, mg, mf, ng, nf, mg / mf, ng / nf, rate_g, rate_f,
+                    err.second, err.first);
         std::fflush(stdout);
       }
     }
