@@ -129,6 +129,30 @@ TEST_CASE("cpu_tiled: sliding windows (left, right, both, zero-width), with and 
   check_cases(ft::cases_windows());
 }
 
+TEST_CASE("cpu_tiled: left windows that start query blocks at an odd key") {
+  // The amx path's packed V pairs keys (2i, 2i + 1) in its VNNI rows, so a
+  // block whose first visible key is odd starts its tiles one key early
+  // and masks that key. Left windows 37 and 101 put the first key of the
+  // second and third 128-row blocks at odd keys; F16 and BF16 (the amx
+  // path's dtypes), head_dim 128 and 64, causal and not; 700 keys span
+  // two of the packing's 512-key chunks.
+  std::vector<ft::AttentionCase> cases;
+  for (fmha_dtype t : {FMHA_DTYPE_BF16, FMHA_DTYPE_F16})
+    for (int32_t left : {37, 101}) {
+      ft::AttentionCase c;
+      c.dtype = t;
+      c.heads_q = 2;
+      c.heads_kv = 1;
+      c.seq_q = c.seq_k = 700;
+      c.head_dim = left == 37 ? 128 : 64;
+      c.mask_flags = left == 37 ? FMHA_MASK_CAUSAL : FMHA_MASK_NONE;
+      c.window_left = left;
+      c.window_right = left == 37 ? -1 : 20;
+      cases.push_back(c);
+    }
+  check_cases(cases);
+}
+
 TEST_CASE("cpu_tiled: GQA groups 1, 4, 8 and MQA") { check_cases(ft::cases_gqa()); }
 
 TEST_CASE("cpu_tiled: BNHD, packed QKV and head_dim stride 2") { check_cases(ft::cases_layouts()); }

@@ -15,6 +15,13 @@ forces, src/backend/cpu/cpu_isa.h) beside the same torch time; each column
 gives fmha ms, the speed and bench_cpu's sampled rel-L2 against float64. A
 path this CPU lacks falls back (bench_cpu's stderr says so): its column is
 marked "(fallback)".
+
+With --rounds R (R > 1) or --before EXE (auto path only), every (shape,
+dtype, threads) is timed R times, rounds interleaved (round 1 of every case,
+then round 2, ...: a host whose speed drifts moves torch and fmha alike),
+with EXE (a bench_cpu built from another commit) run beside fmha in each
+round; the end prints per case the medians and the median over rounds of
+the per-round speed torch / fmha (and torch / before).
 """
 import os
 import argparse
@@ -70,6 +77,8 @@ def main():
     ap.add_argument("--isa", default="auto", help="comma-separated FMHA_CPU_ISA values, one fmha column each")
     ap.add_argument("--shapes", default="all", choices=("all", "prefill", "decode"))
     ap.add_argument("--dtypes", default="f16,bf16,f32")
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (auto path only)")
+    ap.add_argument("--before", default=None, help="a second bench_cpu (another commit) timed beside fmha")
     a = ap.parse_args()
     isas = a.isa.split(",")
     shapes = [("decode Nk=4096", (32, 8, 1, 4096, 128, True), ["--decode"]),
@@ -78,6 +87,8 @@ def main():
     if a.shapes != "all":
         shapes = [s for s in shapes if s[0].startswith(a.shapes)]
     print(f"torch {torch.__version__}, CPU threads available {torch.get_num_threads()}")
+    if a.rounds > 1 or a.before:
+        return rounds(a, shapes)
     if isas == ["auto"]:
         print(f"{'shape':26} {'dtype':5} {'thr':>4} {'torch ms':>9} {'fmha ms':>9} {'speed':>6}")
     else:
@@ -97,6 +108,36 @@ def main():
                     mark = "(fallback)" if fell_back else ""
                     cols.append(f" | {mark:>6}{ft:9.3f} {tt / ft:6.2f} {err:8.1e}")
                 print(f"{name:26} {dtype:5} {t:4} {tt:9.3f}" + "".join(cols), flush=True)
+
+
+def rounds(a, shapes):
+    """--rounds / --before: interleaved rounds, then the medians."""
+    med = lambda xs: sorted(xs)[len(xs) // 2]
+    cases = [(name, shp, args, dtype, int(t)) for name, shp, args in shapes for dtype in a.dtypes.split(",")
+             for t in a.threads.split(",")]
+    times = {c[0:1] + c[3:]: [] for c in cases}
+    before = " before ms" if a.before else ""
+    print(f"{'round':5} {'shape':26} {'dtype':5} {'thr':>4} {'torch ms':>9} {'fmha ms':>9} {'speed':>6}"
+          f" {'rel-L2':>8}{before:>10}")
+    for rnd in range(a.rounds):
+        for name, shp, args, dtype, t in cases:
+            tt = torch_ms(*shp, dtype, t)
+            ft, err, _ = fmha_run(a.bench_cpu, args, dtype, t)
+            bt = fmha_run(a.before, args, dtype, t)[0] if a.before else float("nan")
+            times[(name, dtype, t)].append((tt, ft, bt))
+            extra = f" {bt:9.3f}" if a.before else ""
+            print(f"{rnd + 1:5} {name:26} {dtype:5} {t:4} {tt:9.3f} {ft:9.3f} {tt / ft:6.2f} {err:8.1e}{extra}",
+                  flush=True)
+    print(f"\nmedians over {a.rounds} rounds (speed: median of the per-round torch / fmha)")
+    head = f"{'shape':26} {'dtype':5} {'thr':>4} {'torch ms':>9} {'fmha ms':>9} {'speed':>6}"
+    print(head + (f" {'before ms':>9} {'speed':>6} {'after/before':>12}" if a.before else ""))
+    for (name, dtype, t), rs in times.items():
+        line = (f"{name:26} {dtype:5} {t:4} {med([r[0] for r in rs]):9.3f} {med([r[1] for r in rs]):9.3f}"
+                f" {med([r[0] / r[1] for r in rs]):6.2f}")
+        if a.before:
+            line += (f" {med([r[2] for r in rs]):9.3f} {med([r[0] / r[2] for r in rs]):6.2f}"
+                     f" {med([r[2] / r[1] for r in rs]):12.2f}")
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

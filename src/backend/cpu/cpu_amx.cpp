@@ -60,12 +60,16 @@ struct AmxTiles {
 
 __attribute__((noinline)) FMHA_CPU_TARGET_AMX_TILES void gemm_amx(const Term* terms, int nterms, int64_t lda,
                                                                    int64_t ldb, float* c, int64_t ldc, int64_t m,
-                                                                   int64_t n, int64_t depth, bool accumulate) {
+                                                                   int64_t n, int64_t depth, bool accumulate,
+                                                                   bool configure) {
 #if defined(FMHA_CPU_AMX_MODEL)
+  (void)configure;
   ModelTiles tiles;
 #else
-  const TileConfig config = tile_config();
-  _tile_loadconfig(&config);
+  if (configure) {
+    const TileConfig config = tile_config();
+    _tile_loadconfig(&config);
+  }
   AmxTiles tiles;
 #endif
   gemm(tiles, terms, nterms, lda, ldb, c, ldc, m, n, depth, accumulate);

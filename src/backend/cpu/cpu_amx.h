@@ -202,11 +202,14 @@ struct ModelTiles {
 };
 
 #if FMHA_CPU_AMX
-// gemm on the AMX tiles of this thread (configures them first). Call only
-// on the amx path (isa_available(CpuIsa::kAmx): the CPU has AMX-BF16 and the
+// gemm on the AMX tiles of this thread, configuring them first (ldtilecfg)
+// when `configure`; a caller that makes many products in a row (a query
+// block: two per key tile) configures on the first only, with nothing
+// between them that could release or reconfigure the tiles. Call only on
+// the amx path (isa_available(CpuIsa::kAmx): the CPU has AMX-BF16 and the
 // process holds the tile-data permission).
 void gemm_amx(const Term* terms, int nterms, int64_t lda, int64_t ldb, float* c, int64_t ldc, int64_t m, int64_t n,
-              int64_t depth, bool accumulate);
+              int64_t depth, bool accumulate, bool configure = true);
 // Returns this thread's tiles to their initial state (tilerelease), so a
 // context switch saves no tile data; the next gemm_amx configures them again.
 void release_amx();

@@ -144,11 +144,15 @@ constexpr int64_t kAlignBytes = 64;  // scratch arrays start on a cache line
 //   AVX2    (16 ymm): 3 x 32 = 12 registers, ~80 GFLOP/s (4 x 32 = 16
 //                     registers spills: ~57)
 // A 16-wide tile let GCC vectorize the wrong loop (10x slower), so the
-// width stays 32 and the row count follows the register file. The baseline
+// width stays 32 and the row count follows the register file. AVX-512 now
+// takes 8 x 32 = 16 accumulators: two FMA ports of 4-cycle latency (Sapphire
+// Rapids) need 8 independent sums in flight, which 4 x 32 only just had;
+// on the Zen 4 core, F32 prefill H8 N2048 D128 causal went from 54.4 to
+// 52.1 ms at one thread (a loaded machine: one measurement each). The baseline
 // and the neon paths use 3 (not measured on AArch64 hardware, only run under
 // qemu: 3 x 32 = 24 accumulators of its 32 128-bit registers).
 constexpr int64_t kMicroCols = 32;
-constexpr int64_t kRowsAvx512 = 4;
+constexpr int64_t kRowsAvx512 = 8;
 constexpr int64_t kRowsOther = 3;
 
 // Query rows per work item and keys per streamed tile, by head dim. More
@@ -162,6 +166,13 @@ struct TileShape {
   int64_t rows;
   int64_t keys;
 };
+
+// The amx path with packed K/V (PackLayout) streams tiles of kAmxTileKeys
+// keys whatever the head dim: it stages nothing per tile, and each tile
+// pays per row the horizontal max and sum, alpha and, in P . V, a load and
+// a store of o's accumulator tiles, which 128 keys amortize over twice the
+// keys of tile_shape's 64.
+constexpr int64_t kAmxTileKeys = 128;
 
 constexpr TileShape tile_shape(int64_t head_dim) {
   return head_dim <= 128 ? TileShape{128, 64} : head_dim <= 256 ? TileShape{64, 64} : TileShape{64, 32};
@@ -274,9 +285,10 @@ int64_t partial_bytes(const Problem& p, const Plan& plan) {
 // recomputed here as the FP32 sum of the products of the values hi + lo
 // (exact for F16 and BF16 values, and the value itself for an inf or NaN),
 // as the FP32 path sums them. S and Q are rows of lds and DP elements, K
-// in VNNI form (cpu_amx.h) with lds columns.
+// in VNNI form (cpu_amx.h) with ldk columns.
 void amx_fix_scores(const uint16_t* q_hi, const uint16_t* q_lo, bool q_split, const uint16_t* k_hi,
-                    const uint16_t* k_lo, bool k_split, int64_t DP, int64_t lds, float* s, int64_t nr, int64_t bc) {
+                    const uint16_t* k_lo, bool k_split, int64_t ldk, int64_t DP, int64_t lds, float* s, int64_t nr,
+                    int64_t bc) {
   auto value = [](const uint16_t* hi, const uint16_t* lo, bool split, int64_t at) {
     return split ? bf16_to_float(hi[at]) + bf16_to_float(lo[at]) : bf16_to_float(hi[at]);
   };
@@ -286,7 +298,7 @@ void amx_fix_scores(const uint16_t* q_hi, const uint16_t* q_lo, bool q_split, co
       if (!std::isnan(*sr)) continue;
       float sum = 0.f;
       for (int64_t d = 0; d < DP; ++d)
-        sum += value(q_hi, q_lo, q_split, r * DP + d) * value(k_hi, k_lo, k_split, amx::vnni_at(d, j, lds));
+        sum += value(q_hi, q_lo, q_split, r * DP + d) * value(k_hi, k_lo, k_split, amx::vnni_at(d, j, ldk));
       *sr = sum;
     }
 }
@@ -298,8 +310,9 @@ void amx_fix_scores(const uint16_t* q_hi, const uint16_t* q_lo, bool q_split, co
 // slice of the workspace.
 struct ScratchLayout {
   int64_t rows, keys, dp;  // tile shape; dp = head_dim padded to kMicroCols
+  int64_t ls;              // amx path: leading dimension of S and P (max(keys, kAmxTileKeys) + 32)
   int64_t qt, k, v, s, o;  // float arrays
-  int64_t pp;              // amx path: P as BF16 hi and lo planes, rows x keys each
+  int64_t pp;              // amx path: P as BF16 hi and lo planes, rows x ls each
   int64_t stage;           // amx path: V rows (hi, lo: keys x dp each), one K row (hi, lo: dp each), BF16
   int64_t row;             // float[dp]: one converted row
   int64_t m, l, alpha, m_safe, tile_max, tile_sum;  // float[rows]
@@ -314,6 +327,9 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.rows = t.rows;
   s.keys = t.keys;
   s.dp = round_up(p.head_dim, kMicroCols);
+  // A packed tile (PackLayout) may start one key early (its base is even),
+  // which can take its keys one 32-key step past `keys`.
+  s.ls = std::max(s.keys, kAmxTileKeys) + amx::kBlock;
   int64_t at = 0;
   auto take = [&at](int64_t bytes) {
     const int64_t off = at;
@@ -324,9 +340,9 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.qt = take(s.dp * s.rows * f);        // Q^T: head_dim x rows (or Q: rows x dp)
   s.k = take(s.keys * s.dp * f);         // K tile: keys x dp
   s.v = take(s.keys * s.dp * f);         // V tile: keys x dp
-  s.s = take(s.keys * s.rows * f);       // S, then P: keys x rows (rows x keys: dot and amx blocks)
+  s.s = take(s.ls * s.rows * f);         // S, then P: keys x rows (rows x keys: dot, rows x ls: amx blocks)
   s.o = take(s.rows * s.dp * f);         // o: rows x dp
-  s.pp = take(2 * s.rows * s.keys * static_cast<int64_t>(sizeof(uint16_t)));
+  s.pp = take(2 * s.rows * s.ls * static_cast<int64_t>(sizeof(uint16_t)));
   s.stage = take(2 * (s.keys + 1) * s.dp * static_cast<int64_t>(sizeof(uint16_t)));
   s.row = take(s.dp * f);
   s.m = take(s.rows * f);
@@ -341,6 +357,69 @@ ScratchLayout scratch_layout(const Problem& p) {
   s.c1 = take(s.rows * sizeof(int32_t));
   s.bytes = at;
   return s;
+}
+
+// The amx path's K and V, packed once per (batch, kv head) before the query
+// blocks run (pack_kv_amx), instead of once per query block and key tile: a
+// causal N = 2048 head with 128-row blocks restaged each key tile ~8 times,
+// and the staging (K's transpose into VNNI form, V's pair interleave, the
+// F16 hi/lo split) cost about as much as the tile products themselves.
+// Per group (batch b, kv head hk), `keys` = round_up(seq_k, 32) + 32 columns
+// (a tile's last 32-key step and an even base one key early stay inside),
+// zero past the sequence's keys and past head_dim:
+//   k_hi, k_lo  K^T in VNNI form, element (d, j) at amx::vnni_at(d, j, keys)
+//   v_hi, v_lo  V in VNNI form, element (j, x) at amx::vnni_at(j, x, dp)
+//   flags       one byte per key: bit 0 its K row, bit 1 its V row holds an
+//               inf or NaN (the hi planes: an F16 inf or NaN stays one)
+// The lo planes exist for F16 K/V only (planes = 2). Packing is on for the
+// amx path's blocks (query blocks of the padded product, q BF16 or F16, K/V
+// BF16, F16 or FP8) while the packs of all groups fit in kMaxPackBytes;
+// otherwise every block stages its tiles itself as before.
+constexpr int64_t kMaxPackBytes = int64_t{256} << 20;
+// Packing runs over (group, chunk of kPackChunkKeys keys), so 16 threads
+// have work with 8 kv heads at N = 2048 (even: V's pairs stay in a chunk).
+constexpr int64_t kPackChunkKeys = 512;
+static_assert(kPackChunkKeys % 2 == 0, "a chunk holds whole key pairs");
+
+struct PackLayout {
+  int64_t keys;    // columns of K^T, rows of V (0: no packing)
+  int64_t planes;  // 1, or 2 with lo planes
+  int64_t chunks;  // pack work items per group: keys cut into kPackChunkKeys
+  int64_t k_hi, k_lo, v_hi, v_lo, flags;  // byte offsets in a group's pack
+  int64_t bytes;   // one group's pack, cache-line aligned
+};
+
+PackLayout pack_layout(const Problem& p, const Plan& plan) {
+  PackLayout k{};
+#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
+  const fmha_dtype kvt = p.kv_dtype;
+  const bool q_ok = p.dtype == FMHA_DTYPE_BF16 || p.dtype == FMHA_DTYPE_F16;
+  const bool kv_ok = kvt == FMHA_DTYPE_BF16 || kvt == FMHA_DTYPE_F16 || kvt == FMHA_DTYPE_F8E4M3 ||
+                     kvt == FMHA_DTYPE_F8E5M2;
+  if (active_isa() != CpuIsa::kAmx || plan.packed || !q_ok || !kv_ok) return k;
+  const int64_t dp = round_up(p.head_dim, kMicroCols);
+  const int64_t keys = round_up(p.seq_k, amx::kBlock) + amx::kBlock;
+  k.planes = kvt == FMHA_DTYPE_F16 ? 2 : 1;
+  int64_t at = 0;
+  auto take = [&at](int64_t bytes) {
+    const int64_t off = at;
+    at += round_up(bytes, kAlignBytes);
+    return off;
+  };
+  const int64_t plane = keys * dp * static_cast<int64_t>(sizeof(uint16_t));
+  k.k_hi = take(plane);
+  k.k_lo = k.planes == 2 ? take(plane) : k.k_hi;
+  k.v_hi = take(plane);
+  k.v_lo = k.planes == 2 ? take(plane) : k.v_hi;
+  k.flags = take(keys);
+  k.bytes = at;
+  if (k.bytes * p.batch * p.heads_kv > kMaxPackBytes) return PackLayout{};
+  k.keys = keys;
+  k.chunks = (keys + kPackChunkKeys - 1) / kPackChunkKeys;
+#else
+  (void)p, (void)plan;
+#endif
+  return k;
 }
 
 template <typename T>
@@ -1055,6 +1134,122 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512 void decode16_pv_tile(const flo
 #endif
 #endif
 
+// ---- the amx path's softmax ------------------------------------------------------
+
+#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
+// (GCC 12's intrinsics pass undefined operands that -Wmaybe-uninitialized
+// reports once inlined, as for fold_zmm above.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// e^x on 16 lanes for x <= 0 (and NaN), as 2^t with t = x log2 e: n =
+// round(t), f = t - n in [-1/2, 1/2] (exact), 2^f by a degree-6 polynomial
+// (a relative-error fit on [-1/2, 1/2]: 6.9e-9 in exact arithmetic, 9.3e-8
+// measured in FP32 Horner), times 2^n by vscalefps. t's rounding adds
+// |t| 2^-24 relative, which only weights far below the row max's 1 see.
+// t is clamped below at -160 (vmaxps keeps a NaN: it returns its second
+// operand when one is NaN): the polynomial (< 1.5) times 2^-160 rounds to
+// 0, so a masked score (-inf) weighs exactly 0; t in (-160, -126) gives a
+// subnormal weight where exp_nonpositive flushes to 0, which the row max's
+// 1 leaves invisible either way.
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE __m512 exp_nonpositive_zmm(__m512 x) {
+  const __m512 t = _mm512_max_ps(_mm512_set1_ps(-160.f), _mm512_mul_ps(x, _mm512_set1_ps(kLog2e)));
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.4990888303145766e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3393083354458213e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.61967371404171e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5503472685813904e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402263730764389f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471824645996f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Keys j .. j + 15 of a tile that a row sees: columns in [c0, c1) (all of
+// them when not `mask`). Vectors by reference (see load_lanes).
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE __mmask16 visible_keys(bool mask, const __m512i& iota, int64_t j,
+                                                                  const __m512i& c0, const __m512i& c1) {
+  if (!mask) return 0xffff;
+  const __m512i idx = _mm512_add_epi32(iota, _mm512_set1_epi32(static_cast<int32_t>(j)));
+  return _mm512_cmpge_epi32_mask(idx, c0) & _mm512_cmplt_epi32_mask(idx, c1);
+}
+
+// The softmax steps of one tile on the amx path (seed section 4, as
+// softmax_rows), AVX-512 throughout, for scores rows x keys (row r at s + r *
+// lds; key c of the tile is key `base` + c of the sequence): per row
+//   pass 1: the tile max m~ of scale * s, with -inf outside the row's keys
+//           [lo, hi) and for columns [nk, kp) when `mask` (tiles across an
+//           edge of some row's range, or with padding columns: without it
+//           kp == nk and every row sees every key);
+//           m' = max(m, m~), alpha = e^(m - m') (0 as the subtrahend while
+//           m' = -inf, as run_block);
+//   pass 2: P = e^(scale * s - m') (one fused multiply-subtract), 0 where
+//           masked; its sum into l = alpha l + sum P; P as BF16 into the
+//           tiles' left operand: p_hi = bf16(P) (vcvtneps2bf16, round to
+//           nearest even) and, when p_lo is not null, p_lo = bf16(P - p_hi)
+//           (amx::split's planes; 0 for a NaN P), columns [0, kp), so the
+//           padding columns are 0; and, when keep_p, P back into s (FP32,
+//           for the exact path);
+//   then o's row *= alpha (when o is not null and alpha != 1).
+// The row max and sum are the only horizontal steps (vreduce's fixed tree:
+// the result never depends on the thread).
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void amx_softmax_tile(
+    float* s, int64_t lds, int64_t nr, int64_t nk, int64_t kp, bool mask, int64_t base, const int64_t* lo,
+    const int64_t* hi, float scale, float* m, float* l, float* alpha, uint16_t* p_hi, uint16_t* p_lo, bool keep_p,
+    float* o, int64_t dp) {
+  const __m512i iota = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512 ninf = _mm512_set1_ps(-kInf);
+  for (int64_t r = 0; r < nr; ++r) {
+    const float* sr = s + r * lds;
+    const __m512i c0 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(lo[r] - base, 0, nk)));
+    const __m512i c1 = _mm512_set1_epi32(static_cast<int32_t>(std::clamp<int64_t>(hi[r] - base, 0, nk)));
+    __m512 vmax = ninf;
+    for (int64_t j = 0; j < kp; j += 16) {
+      const __m512 v = _mm512_mask_mul_ps(ninf, visible_keys(mask, iota, j, c0, c1), _mm512_loadu_ps(sr + j), vscale);
+      vmax = _mm512_max_ps(v, vmax);  // a NaN score never becomes the max (softmax_rows' rule)
+    }
+    const float tile_max = _mm512_reduce_max_ps(vmax);
+    const float mn = m[r] > tile_max ? m[r] : tile_max;
+    const float ms = mn == -kInf ? 0.f : mn;
+    alpha[r] = exp_nonpositive(m[r] - ms);
+    m[r] = mn;
+    const __m512 vms = _mm512_set1_ps(ms);
+    __m512 vsum = _mm512_setzero_ps();
+    uint16_t* ph = p_hi + r * lds;
+    uint16_t* pl = p_lo != nullptr ? p_lo + r * lds : nullptr;
+    for (int64_t j = 0; j < kp; j += 16) {
+      const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(sr + j), vscale, vms);
+      __m512 e = exp_nonpositive_zmm(x);
+      if (mask) e = _mm512_maskz_mov_ps(visible_keys(mask, iota, j, c0, c1), e);
+      if (keep_p) _mm512_storeu_ps(s + r * lds + j, e);
+      vsum = _mm512_add_ps(vsum, e);
+      const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(e));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(ph + j), h);
+      if (pl != nullptr) {
+        const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        const __m512 rest = _mm512_maskz_sub_ps(_mm512_cmp_ps_mask(e, e, _CMP_ORD_Q), e, hf);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pl + j),
+                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(rest)));
+      }
+    }
+    l[r] = alpha[r] * l[r] + _mm512_reduce_add_ps(vsum);
+    // alpha = 1 (the row's max did not grow: most tiles once a row has
+    // seen a few) leaves o as it is.
+    if (o != nullptr && alpha[r] != 1.f) {
+      const __m512 va = _mm512_set1_ps(alpha[r]);
+      float* orow = o + r * dp;
+      for (int64_t x = 0; x < dp; x += 16) _mm512_storeu_ps(orow + x, _mm512_mul_ps(_mm512_loadu_ps(orow + x), va));
+    }
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 // ---- raw 16-bit scores, per path -------------------------------------------------
 
 // The x86 paths with vdpbf16ps: avx512bf16 and the two above it.
@@ -1210,8 +1405,174 @@ struct Job {
   char* partials;     // packed with splits > 1: item i's (m, l, o) at i * partial_bytes
   int64_t partial_bytes;
   int64_t row_tiles;  // query blocks per (batch, head)
+  PackLayout pack;    // amx path: K/V packed per (batch, kv head); pack.keys == 0: none
+  char* packs;        // group b * heads_kv + hk's pack at that index * pack.bytes
   bool longest_last;  // the last query block has the most keys (e.g. causal)
+  bool head_major;    // one thread: item i is block i % row_tiles of (batch, head) i / row_tiles
 };
+
+#if FMHA_CPU_X86_VARIANTS
+#if defined(__GNUC__) && !defined(__clang__)  // GCC 12's intrinsics, as for fold_zmm
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// A 16 x 16 transpose of 32-bit words: dst[q * ldd + i] = src[i * lds + q]
+// (unpack 32-bit, unpack 64-bit, then two 128-bit lane shuffles): K rows
+// as BF16 pairs into K^T's VNNI form (pack_kv_amx), FP32 Q rows into Q^T
+// (run_block).
+FMHA_CPU_TARGET_AVX512 FMHA_CPU_INLINE void transpose_words16(const uint32_t* src, int64_t lds, uint32_t* dst,
+                                                              int64_t ldd) {
+  __m512i r[16], a[16], b[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * lds);
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // b[4i + k], 128-bit lane L: word 4L + k of rows 4i .. 4i + 3.
+  for (int i = 0; i < 4; ++i) {
+    b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  // Word 4L + k of all 16 rows: lane L of b[k], b[4 + k], b[8 + k], b[12 + k].
+  for (int k = 0; k < 4; ++k) {
+    const __m512i x0 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0x44);  // lanes 0, 1 of each
+    const __m512i x1 = _mm512_shuffle_i32x4(b[k], b[4 + k], 0xee);  // lanes 2, 3
+    const __m512i x2 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0x44);
+    const __m512i x3 = _mm512_shuffle_i32x4(b[8 + k], b[12 + k], 0xee);
+    _mm512_storeu_si512(dst + k * ldd, _mm512_shuffle_i32x4(x0, x2, 0x88));
+    _mm512_storeu_si512(dst + (4 + k) * ldd, _mm512_shuffle_i32x4(x0, x2, 0xdd));
+    _mm512_storeu_si512(dst + (8 + k) * ldd, _mm512_shuffle_i32x4(x1, x3, 0x88));
+    _mm512_storeu_si512(dst + (12 + k) * ldd, _mm512_shuffle_i32x4(x1, x3, 0xdd));
+  }
+}
+
+// qt[d * ldq + i] = o[i * ldo + d] for 16 rows i and d < D rounded up to
+// 16: 16 columns of Q^T (run_block). Out of line, as bf16_score_tile: the
+// caller is compiled for a path only through its wrapper.
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512 void transpose_q16(const float* o, int64_t ldo, float* qt,
+                                                                     int64_t ldq, int64_t D) {
+  for (int64_t d0 = 0; d0 < D; d0 += 16)
+    transpose_words16(reinterpret_cast<const uint32_t*>(o) + d0, ldo, reinterpret_cast<uint32_t*>(qt) + d0 * ldq,
+                      ldq);
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
+// The amx path's pack of group (batch b, kv head hk) = `group`, b * heads_kv
+// + hk (PackLayout), in the scratch slice of `worker` (its row and staging
+// arrays): each key's K and V rows as BF16 (raw for BF16, hi and lo
+// planes for F16, one exact plane for FP8), K's into column j of K^T's
+// VNNI form, V's into half of VNNI row j / 2; the columns and rows past the
+// sequence's keys zero. V's pairs go in as 32-bit words: an even key's
+// row zero-extended, an odd key's shifted into the high halves and or-ed in.
+#if defined(__GNUC__) && !defined(__clang__)  // GCC 12's intrinsics, as for fold_zmm
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+FMHA_CPU_TARGET_AMX void pack_kv_amx(const Job& job, int64_t item, int worker) {
+  constexpr CpuIsa kIsa = CpuIsa::kAmx;
+  const Problem& p = *job.p;
+  const PackLayout& P = job.pack;
+  const ScratchLayout& L = job.layout;
+  const int64_t D = p.head_dim, DP = L.dp, NK = P.keys;
+  const int64_t group = item / P.chunks;
+  const int64_t c0 = item % P.chunks * kPackChunkKeys;    // this item's keys [c0, c1)
+  const int64_t c1 = std::min(c0 + kPackChunkKeys, NK);
+  const fmha_dtype kvt = p.kv_dtype;
+  const bool split = P.planes == 2;
+  const Seq sq = sequence(p, group / p.heads_kv);
+  const int64_t hk = group % p.heads_kv;
+  const int64_t nk = std::clamp<int64_t>(std::min(sq.e.len_k, NK - amx::kBlock), c0, c1);  // keys to pack: [c0, nk)
+  char* pack = job.packs + group * P.bytes;
+  uint16_t* k_hi = at_offset<uint16_t>(pack, P.k_hi);
+  uint16_t* k_lo = at_offset<uint16_t>(pack, P.k_lo);
+  uint16_t* v_hi = at_offset<uint16_t>(pack, P.v_hi);
+  uint16_t* v_lo = at_offset<uint16_t>(pack, P.v_lo);
+  uint8_t* flags = at_offset<uint8_t>(pack, P.flags);
+  char* base = job.scratch + static_cast<int64_t>(worker) * L.bytes;
+  float* row = at_offset<float>(base, L.row);
+  // One key's V rows, then 16 keys' K rows (hi, then lo), DP each: K goes
+  // into K^T 16 keys at a time (transpose_words16; c0 and c1 are multiples
+  // of 16).
+  uint16_t* vh = at_offset<uint16_t>(base, L.stage);
+  uint16_t* vl = vh + DP;
+  uint16_t* g_hi = vl + DP;
+  uint16_t* g_lo = g_hi + 16 * DP;
+  static_assert(kPackChunkKeys % 16 == 0 && amx::kBlock % 16 == 0, "packing goes 16 keys at a time");
+  for (int64_t x = D; x < DP; ++x) vh[x] = vl[x] = 0;
+  const Operand& k = p.k;
+  const Operand& v = p.v;
+  for (int64_t j = c0; j < nk; ++j) {
+    uint16_t* kh = g_hi + (j % 16) * DP;
+    uint16_t* kl = g_lo + (j % 16) * DP;
+    if (j % 16 == 0)  // a new group: zero padding, and whole rows for keys past nk
+      for (int64_t i = 0; i < 16; ++i) {
+        const int64_t from = j + i < nk ? D : 0;
+        std::memset(g_hi + i * DP + from, 0, (DP - from) * sizeof(uint16_t));
+        std::memset(g_lo + i * DP + from, 0, (DP - from) * sizeof(uint16_t));
+      }
+    int64_t k_at, v_at;
+    sq.key_at(hk, j, &k_at, &v_at);
+    const char* ks = static_cast<const char*>(k.data) + k_at * dtype_size(kvt);
+    const char* vs = static_cast<const char*>(v.data) + v_at * dtype_size(kvt);
+    if (kvt == FMHA_DTYPE_BF16) {
+      const uint16_t* k16 = reinterpret_cast<const uint16_t*>(ks);
+      const uint16_t* v16 = reinterpret_cast<const uint16_t*>(vs);
+      for (int64_t d = 0; d < D; ++d) kh[d] = k16[d * k.stride[3]];
+      for (int64_t x = 0; x < D; ++x) vh[x] = v16[x * v.stride[3]];
+    } else {
+      load_row<kIsa>(ks, k.stride[3], D, kvt, row);
+      for (int64_t d = 0; d < D; ++d) amx::split(row[d], kh + d, kl + d);
+      load_row<kIsa>(vs, v.stride[3], D, kvt, row);
+      for (int64_t x = 0; x < D; ++x) amx::split(row[x], vh + x, vl + x);
+    }
+    uint32_t k_bad = 0, v_bad = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      k_bad |= (kh[d] & 0x7f80u) == 0x7f80u;
+      v_bad |= (vh[d] & 0x7f80u) == 0x7f80u;
+    }
+    flags[j] = static_cast<uint8_t>(k_bad | v_bad << 1);
+    if (j % 16 == 15 || j == nk - 1) {  // the group's K rows into K^T columns j - j % 16 ..
+      const int64_t g0 = j - j % 16;
+      for (int plane = 0; plane < (split ? 2 : 1); ++plane)
+        for (int64_t pr = 0; pr < DP / 2; pr += 16)
+          transpose_words16(reinterpret_cast<const uint32_t*>(plane == 0 ? g_hi : g_lo) + pr, DP / 2,
+                            reinterpret_cast<uint32_t*>(plane == 0 ? k_hi : k_lo) + pr * NK + g0, NK);
+    }
+    for (int plane = 0; plane < (split ? 2 : 1); ++plane) {
+      const uint16_t* src = plane == 0 ? vh : vl;
+      uint16_t* w = (plane == 0 ? v_hi : v_lo) + (j >> 1) * 2 * DP;  // VNNI row j / 2: DP words
+      for (int64_t x = 0; x < DP; x += 16) {
+        const __m512i words = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + x)));
+        __m512i* at = reinterpret_cast<__m512i*>(w + 2 * x);
+        if (j & 1)
+          _mm512_storeu_si512(at, _mm512_or_si512(_mm512_loadu_si512(at), _mm512_slli_epi32(words, 16)));
+        else
+          _mm512_storeu_si512(at, words);
+      }
+    }
+  }
+  // Keys [nk, c1), past the sequence's: zero columns of K^T, zero V rows
+  // (an odd nk's last pair has its high halves zero from the even key's
+  // write).
+  std::memset(flags + nk, 0, c1 - nk);
+  for (int plane = 0; plane < (split ? 2 : 1); ++plane) {
+    uint16_t* kt = plane == 0 ? k_hi : k_lo;
+    uint16_t* vt = plane == 0 ? v_hi : v_lo;
+    for (int64_t pr = 0; pr < DP / 2; ++pr) std::memset(kt + 2 * (pr * NK + nk), 0, (c1 - nk) * 2 * sizeof(uint16_t));
+    const int64_t first = (nk + 1) / 2;
+    std::memset(vt + first * 2 * DP, 0, (c1 / 2 - first) * 2 * DP * sizeof(uint16_t));
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
 
 // One work item, in the scratch slice of `worker`, with a kRows-row register
 // tile: query rows [i0, i0 + nr) of (batch b, query head h), or, packed, the
@@ -1232,7 +1593,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // be the block with the most keys. Blocks are ordered by row position
   // first (all heads of the longest block, then the next), which for causal
   // masks starts the longest rows first and leaves the short ones to fill
-  // the gaps at the end.
+  // the gaps at the end. One thread goes head by head instead
+  // (job.head_major).
   //
   // Row r of the block is query i_of(r) of query head h_of(r); unpacked,
   // that is query i0 + r of head h; packed, query r % Nq of the group's
@@ -1250,8 +1612,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     nr = plan.rows;
   } else {
     const int64_t heads = p.batch * p.heads_q;
-    const int64_t rank = item / heads;
-    const int64_t bh = item % heads;
+    const int64_t rank = job.head_major ? item % job.row_tiles : item / heads;
+    const int64_t bh = job.head_major ? item / job.row_tiles : item % heads;
     const int64_t tile = job.longest_last ? job.row_tiles - 1 - rank : rank;
     b = bh / p.heads_q;
     h = bh % p.heads_q;
@@ -1292,8 +1654,6 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
                              p.v.stride[3] == 1;
   const bool dot = packed && nr <= (decode16_fits ? kDecode16MaxRows : kDotRows);
   const bool decode16 = decode16_fits && dot;
-  // Keys per streamed tile (a dot-product block's S rows are L.keys apart).
-  const int64_t KT = decode16 ? std::min(kDecode16TileKeys, L.keys) : dot ? kDotTileKeys : L.keys;
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
   // Scores from raw 16-bit Q and K: BF16 with vdpbf16ps on the avx512bf16
   // path and the x86 paths above it (see bf16_score_tile; on the amx path
@@ -1361,7 +1721,30 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   uint16_t* v_hi = reinterpret_cast<uint16_t*>(vt);
   uint16_t* v_lo = v_hi + L.keys * DP;
   uint16_t* p_hi = at_offset<uint16_t>(base, L.pp);
-  uint16_t* p_lo = p_hi + BR * L.keys;
+  uint16_t* p_lo = p_hi + BR * L.ls;
+  const int64_t LS = L.ls;  // amx: S and P rows x LS
+  // amx: this group's K/V packs (PackLayout; forward packed them before the
+  // blocks ran), else the tiles are staged here per key tile.
+  const bool use_pack = amx && job.pack.keys > 0;
+  // Keys per streamed tile.
+  const int64_t KT = decode16 ? std::min(kDecode16TileKeys, L.keys)
+                     : dot    ? kDotTileKeys
+                     : use_pack ? kAmxTileKeys
+                                : L.keys;
+  // FP32 K and V of the padded product read in place: rows of unit stride,
+  // head_dim a multiple of kMicroCols (no padding columns) and keys at one
+  // stride (not paged), so a tile is already the row-major operand the
+  // products take, at the tensor's row stride. Copying it cost every query
+  // block a pass over its keys (perf, F32 prefill: memmove ~6%).
+  const bool kv_in_place = kvt == FMHA_DTYPE_F32 && !amx && !dot && !raw16 && !p.layout.paged() &&
+                           p.k.stride[3] == 1 && p.v.stride[3] == 1 && D == DP;
+  const int64_t NK = job.pack.keys;
+  const char* pack = use_pack ? job.packs + (b * p.heads_kv + hk) * job.pack.bytes : nullptr;
+  const uint16_t* pk_hi = use_pack ? at_offset<const uint16_t>(const_cast<char*>(pack), job.pack.k_hi) : nullptr;
+  const uint16_t* pk_lo = use_pack ? at_offset<const uint16_t>(const_cast<char*>(pack), job.pack.k_lo) : nullptr;
+  const uint16_t* pv_hi = use_pack ? at_offset<const uint16_t>(const_cast<char*>(pack), job.pack.v_hi) : nullptr;
+  const uint16_t* pv_lo = use_pack ? at_offset<const uint16_t>(const_cast<char*>(pack), job.pack.v_lo) : nullptr;
+  const uint8_t* pflags = use_pack ? at_offset<const uint8_t>(const_cast<char*>(pack), job.pack.flags) : nullptr;
   uint16_t* stage_v_hi = at_offset<uint16_t>(base, L.stage);
   uint16_t* stage_v_lo = stage_v_hi + L.keys * DP;
   uint16_t* stage_k_hi = stage_v_lo + L.keys * DP;
@@ -1417,8 +1800,8 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
       // P's padding rows stay zero (so o's stay zero): softmax_rows runs
       // over the block's rows only.
-      std::memset(p_hi + nr * L.keys, 0, (np - nr) * L.keys * sizeof(uint16_t));
-      std::memset(p_lo + nr * L.keys, 0, (np - nr) * L.keys * sizeof(uint16_t));
+      std::memset(p_hi + nr * LS, 0, (np - nr) * LS * sizeof(uint16_t));
+      std::memset(p_lo + nr * LS, 0, (np - nr) * LS * sizeof(uint16_t));
     } else if (raw_scores && kRawDtype == FMHA_DTYPE_F16) {
       // qh[d][row], unscaled; padding rows 0 (FMLAL's Q^T, cpu_fp16_neon.h).
       uint16_t* qh = reinterpret_cast<uint16_t*>(qt);
@@ -1451,7 +1834,30 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         for (int64_t d = D; d < DP; ++d) qr[r * DP + d] = 0;
       }
     }
-    for (int64_t r = 0; r < np && !raw16 && !amx; ++r) {
+    bool q_done = false;
+#if FMHA_CPU_X86_VARIANTS
+    // AVX-512: Q^T 16 rows at a time, a 16 x 16 word transpose per 16 head
+    // dims, instead of the loop below's one strided store per element
+    // (perf, F32 prefill at one thread: ~5%). The same values.
+    if constexpr (isa_is_x86(kIsa) && kIsa >= CpuIsa::kAvx512)
+      if (!raw16 && !amx && !dot) {
+        for (int64_t r0 = 0; r0 < np; r0 += 16) {
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t r = r0 + i;
+            float* orow = o + i * DP;
+            int64_t d = 0;
+            if (r < nr) {
+              load_row<kIsa>(q_data + sq.row_at(q, h_of(r), i_of(r)) * dtype_size(dt), q.stride[3], D, dt, orow);
+              for (; d < D; ++d) orow[d] = scale * orow[d];
+            }
+            for (; d < DP; ++d) orow[d] = 0.f;
+          }
+          transpose_q16(o, DP, qt + r0, BR, D);
+        }
+        q_done = true;
+      }
+#endif
+    for (int64_t r = 0; r < np && !raw16 && !amx && !q_done; ++r) {
       if (r < nr) {
         const int64_t at = sq.row_at(q, h_of(r), i_of(r));
         load_row<kIsa>(q_data + at * dtype_size(dt), q.stride[3], D, dt, o);
@@ -1518,6 +1924,9 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     return n;
   };
 
+  // amx: the tiles are configured by this block's first product and kept
+  // until release_amx below (nothing else runs on them in between).
+  [[maybe_unused]] bool tiles_configured = false;
   for (int64_t t = tiles.t_begin; t < tiles.t_end; ++t) {
     const int64_t j0 = std::max(t * KT, block_lo);            // first key of this tile
     const int64_t bc = std::min((t + 1) * KT, block_hi) - j0;  // keys in this tile
@@ -1573,6 +1982,13 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       }
     }
 #endif
+    // amx: the tile's first column is key a0 (with the packs, even: V's VNNI
+    // rows pair keys (2i, 2i + 1); an odd j0 is a block's first key, which
+    // every row's range excludes, so column 0 is masked), bcs columns of
+    // keys, kp with the padding to whole 32-key steps.
+    const int64_t a0 = use_pack ? j0 & ~int64_t{1} : j0;
+    const int64_t bcs = bc + (j0 - a0);
+    const int64_t kp = round_up(bcs, amx::kBlock);
 
     // Stream the tile in: one FP32 copy of K and of V rows j0..j0+bc, shared
     // by every row of the block.
@@ -1582,7 +1998,20 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     const int64_t next_bc = t + 1 < tiles.t_end ? std::min((t + 2) * KT, block_hi) - (t + 1) * KT : 0;
     const bool prefetch = k.stride[3] == 1 && v.stride[3] == 1;
     [[maybe_unused]] uint32_t k_nonfinite = 0;  // amx: some K element of the tile is an inf or NaN
-    for (int64_t j = 0; j < bc; ++j) {
+    // The tile's K and V rows (ldk, ldv apart): the staging arrays, or the
+    // tensors themselves (kv_in_place).
+    const float* ktile = kt;
+    const float* vtile = vt;
+    int64_t ldk = DP, ldv = DP;
+    if (kv_in_place) {
+      int64_t k_at, v_at;
+      sq.key_at(hk, j0, &k_at, &v_at);
+      ktile = static_cast<const float*>(k.data) + k_at;
+      vtile = static_cast<const float*>(v.data) + v_at;
+      ldk = k.stride[2];
+      ldv = v.stride[2];
+    }
+    for (int64_t j = 0; j < (use_pack || kv_in_place ? 0 : bc); ++j) {
       if (prefetch && j < next_bc) {
         const int64_t jn = (t + 1) * KT + j;
         int64_t k_at, v_at;
@@ -1658,8 +2087,14 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // and V (a stale NaN there would meet P's zero padding); V is checked
     // on its hi plane (an F16 inf or NaN stays one in BF16, and no finite
     // F16 value overflows BF16).
-    const int64_t kp = round_up(bc, amx::kBlock);
-    if (amx) {
+    if (use_pack) {
+      // Every key the tile products touch, padding included (P is 0 there,
+      // and 0 * inf would be NaN): columns [a0, a0 + kp).
+      uint32_t f = 0;
+      for (int64_t j = a0; j < a0 + kp; ++j) f |= pflags[j];
+      k_nonfinite = f & 1u;
+      v_nonfinite = f >> 1 & 1u;
+    } else if (amx) {
       for (int64_t j = bc; j < kp; ++j)
         for (int64_t x = 0; x < DP; ++x) k_hi[amx::vnni_at(x, j, L.keys)] = k_lo[amx::vnni_at(x, j, L.keys)] = 0;
       // V: staged rows (2 jp, 2 jp + 1) become VNNI row jp, interleaved
@@ -1686,27 +2121,49 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       const int64_t v_elems = (bc + 1) / 2 * 2 * DP;
       for (int64_t i = 0; i < v_elems; ++i) v_nonfinite |= (v_hi[i] & 0x7f80u) == 0x7f80u;
     } else {
+      // In kLanes lanes across the tile's rows (a per-row fold would cost
+      // a horizontal step for every key: perf, F32 prefill ~3%).
+      uint32_t lanes[kLanes] = {};
       for (int64_t j = 0; j < bc; ++j) {
-        const float* vj = vt + j * DP;
-        for (int64_t d = 0; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
+        const float* vj = vtile + j * ldv;
+        int64_t d = 0;
+        for (; d + kLanes <= D; d += kLanes)
+          for (int64_t x = 0; x < kLanes; ++x) lanes[x] |= (float_bits(vj[d + x]) & 0x7f800000u) == 0x7f800000u;
+        for (; d < D; ++d) v_nonfinite |= (float_bits(vj[d]) & 0x7f800000u) == 0x7f800000u;
       }
+      for (int64_t x = 0; x < kLanes; ++x) v_nonfinite |= lanes[x];
     }
 
     if (amx) {
 #if FMHA_CPU_AMX
-      // S = Q . K_tile^T on tiles, rows [0, np) x keys [0, kp), the scale
-      // on the FP32 sums (as bf16_score_tile), then the softmax along the
-      // block's rows.
-      amx::Term terms[amx::kMaxTerms] = {{q_hi, k_hi}};
+      // S = Q . K_tile^T on tiles, rows [0, np) x columns [0, kp) (keys
+      // a0 + c), then the softmax along the block's rows with the scale on
+      // the FP32 sums (as bf16_score_tile). Softcap and the bias terms go in
+      // before it, on scaled logits, as softmax_rows has them.
+      const uint16_t* kh = use_pack ? pk_hi + 2 * a0 : k_hi;
+      const uint16_t* kl = use_pack ? pk_lo + 2 * a0 : k_lo;
+      const int64_t ldk = use_pack ? NK : L.keys;
+      amx::Term terms[amx::kMaxTerms] = {{q_hi, kh}};
       int nt = 1;
-      if (q_split) terms[nt++] = {q_lo, k_hi};
-      if (kv_split) terms[nt++] = {q_hi, k_lo};
-      amx::gemm_amx(terms, nt, DP, L.keys, s, L.keys, np, kp, DP, false);
+      if (q_split) terms[nt++] = {q_lo, kh};
+      if (kv_split) terms[nt++] = {q_hi, kl};
+      amx::gemm_amx(terms, nt, DP, ldk, s, LS, np, kp, DP, false, !tiles_configured);
+      tiles_configured = true;
       if (nt > 1 && (q_nonfinite | k_nonfinite))
-        amx_fix_scores(q_hi, q_lo, q_split, k_hi, k_lo, kv_split, DP, L.keys, s, nr, bc);
-      for (int64_t r = 0; r < nr; ++r)
-        for (int64_t j = 0; j < bc; ++j) s[r * L.keys + j] *= qk_scale;
-      softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
+        amx_fix_scores(q_hi, q_lo, q_split, kh, kl, kv_split, ldk, DP, LS, s, nr, bcs);
+      float scale = qk_scale;
+      if (softcap != 0.f || extra_ptr != nullptr) {
+        for (int64_t r = 0; r < nr; ++r) {
+          float* sr = s + r * LS;
+          for (int64_t j = 0; j < bcs; ++j) sr[j] *= qk_scale;
+          if (softcap != 0.f)
+            for (int64_t j = 0; j < bcs; ++j) sr[j] = softcap * tanh_softcap(sr[j] * inv_softcap);
+          if (extra_ptr != nullptr) extra.add(sr + (j0 - a0), 1, r, j0, bc);
+        }
+        scale = 1.f;
+      }
+      amx_softmax_tile(s, LS, nr, bcs, kp, edge || a0 != j0 || bcs != kp, a0, lo, hi, scale, m, l, alpha, p_hi,
+                       p_split ? p_lo : nullptr, v_nonfinite != 0, v_nonfinite ? nullptr : o, DP);
 #endif
     } else if (dot) {
       // S = (scale Q) . K_tile^T, rows x keys, and the softmax along rows.
@@ -1722,7 +2179,7 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
         raw_score_tile<kIsa>(reinterpret_cast<const uint16_t*>(kt), 2 * pairs, reinterpret_cast<const uint16_t*>(qt),
                              BR, s, BR, bc, np, D, qk_scale);
       else
-        gemm_rows<kRows, false>(kt, DP, 1, qt, BR, s, BR, bc, np, D, nullptr);
+        gemm_rows<kRows, false>(ktile, ldk, 1, qt, BR, s, BR, bc, np, D, nullptr);
 
       // Softcap acts on the scaled logits, before the mask and the max, so
       // lse and the softmax both see the capped values.
@@ -1786,39 +2243,25 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
     // added (seed section 6: the other order mixes two scales). P is keys x
     // rows (s_key = BR, s_row = 1) or, dot, rows x keys.
     const int64_t s_key = dot || amx ? 1 : BR;
-    const int64_t s_row = dot || amx ? L.keys : 1;
+    const int64_t s_row = dot ? L.keys : amx ? LS : 1;
     if (!v_nonfinite && amx) {
 #if FMHA_CPU_AMX
-      // P rows x keys (zero for keys [bc, kp)): hi and lo planes, or, when
-      // q or K/V is BF16, rounded to BF16 (one plane: bench_cpu H2 N512
-      // D128 causal BF16, rel-L2 1.6e-3 against 1.3e-3 with FP32 P, the
-      // BF16 tolerance 1e-2). Then o rescaled by alpha in memory, and o +=
-      // P . V_tile on tiles.
-      for (int64_t r = 0; r < nr; ++r) {
-        const float* sr = s + r * L.keys;
-        uint16_t* ph = p_hi + r * L.keys;
-        uint16_t* pl = p_lo + r * L.keys;
-        if (p_split) {
-          for (int64_t j = 0; j < bc; ++j) amx::split(sr[j], ph + j, pl + j);
-          for (int64_t j = bc; j < kp; ++j) ph[j] = pl[j] = 0;
-        } else {
-          for (int64_t j = 0; j < bc; ++j) ph[j] = float_to_bf16(sr[j]);
-          for (int64_t j = bc; j < kp; ++j) ph[j] = 0;
-        }
-        // alpha = 1 (the row's max did not grow: most tiles once a row
-        // has seen a few) leaves o as it is.
-        float* orow = o + r * DP;
-        if (alpha[r] != 1.f)
-          for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
-      }
-      amx::Term terms[amx::kMaxTerms] = {{p_hi, v_hi}};
+      // o += P . V_tile on tiles, P rows x columns [0, kp) as
+      // amx_softmax_tile left it (o already rescaled by alpha): hi and lo
+      // planes, or, when q or K/V is BF16, P rounded to BF16 (one plane:
+      // bench_cpu H2 N512 D128 causal BF16, rel-L2 1.6e-3 against 1.3e-3
+      // with FP32 P, the BF16 tolerance 1e-2).
+      const uint16_t* vh = use_pack ? pv_hi + a0 * DP : v_hi;
+      const uint16_t* vl = use_pack ? pv_lo + a0 * DP : v_lo;
+      amx::Term terms[amx::kMaxTerms] = {{p_hi, vh}};
       int nt = 1;
-      if (p_split) terms[nt++] = {p_lo, v_hi};
-      if (kv_split) terms[nt++] = {p_hi, v_lo};
-      amx::gemm_amx(terms, nt, L.keys, DP, o, DP, np, DP, kp, true);
+      if (p_split) terms[nt++] = {p_lo, vh};
+      if (kv_split) terms[nt++] = {p_hi, vl};
+      amx::gemm_amx(terms, nt, LS, DP, o, DP, np, DP, kp, true, !tiles_configured);
+      tiles_configured = true;
 #endif
     } else if (!v_nonfinite) {
-      gemm_rows<kRows, true>(s, s_row, s_key, vt, DP, o, DP, nr, DP, bc, alpha);
+      gemm_rows<kRows, true>(s, s_row, s_key, vtile, ldv, o, DP, nr, DP, bc, alpha);
     } else {
       if (amx)  // V again, as FP32 rows (over its planes), for the exact path
         for (int64_t j = 0; j < bc; ++j) {
@@ -1827,7 +2270,16 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
           load_row<kIsa>(static_cast<const char*>(v.data) + v_at * dtype_size(kvt), v.stride[3], D, kvt, vt + j * DP);
           std::memset(vt + j * DP + D, 0, (DP - D) * sizeof(float));
         }
-      pv_skipping_zeros(s, s_row, s_key, vt, DP, o, DP, alpha, nr, bc);
+      for (int64_t r = 0; r < nr; ++r) {
+        float* orow = o + r * DP;
+        for (int64_t x = 0; x < DP; ++x) orow[x] *= alpha[r];
+        for (int64_t j = 0; j < bc; ++j) {
+          const float pj = s[(j + j0 - a0) * s_key + r * s_row];
+          if (pj == 0.f) continue;
+          const float* vj = amx ? vt + j * DP : vtile + j * ldv;
+          for (int64_t x = 0; x < DP; ++x) orow[x] += pj * vj[x];
+        }
+      }
     }
   }
 
@@ -1975,10 +2427,13 @@ BlockFn select_block_fn() {
 }
 
 // Threads that take part: no more than there are work items of the first
-// pass (ThreadPool::parallel_for numbers its workers below that count; the
-// merge pass needs no scratch).
+// pass or of the amx path's packing (ThreadPool::parallel_for numbers its
+// workers below that count; the merge pass needs no scratch).
 int64_t workers(const Problem& p, int num_threads) {
-  return std::min<int64_t>(std::max(num_threads, 1), make_plan(p).items);
+  const Plan plan = make_plan(p);
+  const PackLayout pack = pack_layout(p, plan);
+  const int64_t pack_items = pack.keys > 0 ? p.batch * p.heads_kv * pack.chunks : 0;  // the amx packing pass
+  return std::min<int64_t>(std::max(num_threads, 1), std::max(plan.items, pack_items));
 }
 
 // The split partials: one slot per work item when a packed block is split.
@@ -1987,15 +2442,21 @@ int64_t partials_bytes(const Problem& p) {
   return plan.splits > 1 ? plan.items * partial_bytes(p, plan) : 0;
 }
 
+// The amx path's K/V packs of every (batch, kv head), or 0 (PackLayout).
+int64_t packs_bytes(const Problem& p) {
+  const PackLayout k = pack_layout(p, make_plan(p));
+  return k.keys > 0 ? p.batch * p.heads_kv * k.bytes : 0;
+}
+
 }  // namespace
 
 size_t workspace_bytes(const Problem& p, const DeviceInfo& dev) {
   // One slice per worker that can take part. kAlignBytes of slack: the
   // caller guarantees only 16-byte alignment, and forward rounds the base
   // up so every slice starts on a cache line.
-  // The split partials follow the slices.
+  // The split partials follow the slices, then the amx path's K/V packs.
   return static_cast<size_t>(workers(p, dev.num_threads) * scratch_layout(p).bytes + partials_bytes(p) +
-                             kAlignBytes);
+                             packs_bytes(p) + kAlignBytes);
 }
 
 fmha_status forward(const Problem& p, const LaunchContext& ctx) {
@@ -2015,6 +2476,8 @@ fmha_status forward(const Problem& p, const LaunchContext& ctx) {
   job.plan = make_plan(p);
   job.partials = job.scratch + workers(p, threads) * job.layout.bytes;
   job.partial_bytes = partial_bytes(p, job.plan);
+  job.pack = pack_layout(p, job.plan);
+  job.packs = job.partials + partials_bytes(p);
   job.row_tiles = (p.seq_q + job.layout.rows - 1) / job.layout.rows;
   // Keys seen by the first and the last query block: start from the larger.
   auto block_keys = [&](int64_t t) {
@@ -2025,12 +2488,28 @@ fmha_status forward(const Problem& p, const LaunchContext& ctx) {
     return std::max<int64_t>(z.hi - a.lo, 0);
   };
   job.longest_last = block_keys(job.row_tiles - 1) > block_keys(0);
+  // One thread has no one to balance against: it takes the blocks head by
+  // head, so the amx path's packs of a kv head (1 MiB of BF16 K/V at N =
+  // 2048, D = 128) stay in its L2 over that head's blocks instead of
+  // coming from L3 for every block. The order changes no result (each
+  // block's work is its own).
+  job.head_major = threads == 1;
 
   const int64_t items = job.plan.items;
   // The lambdas capture two pointers at most, so std::function stores them
   // inline: forward allocates nothing.
   const Job* jp = &job;
   const BlockFn run = select_block_fn();
+#if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
+  if (job.pack.keys > 0) {  // the amx path: K/V packed once per (batch, kv head) first
+    auto pack = [jp](int64_t item, int worker) { pack_kv_amx(*jp, item, worker); };
+    const int64_t pack_items = p.batch * p.heads_kv * job.pack.chunks;
+    if (ctx.pool != nullptr)
+      ctx.pool->parallel_for(pack_items, pack);
+    else
+      for (int64_t i = 0; i < pack_items; ++i) pack(i, 0);
+  }
+#endif
   auto body = [jp, run](int64_t item, int worker) { run(*jp, item, worker); };
   if (ctx.pool != nullptr)
     ctx.pool->parallel_for(items, body);
