@@ -9,7 +9,7 @@
 set -eu
 lib=$1
 command -v objdump >/dev/null || { echo "check_cpu_isa: skipped: no objdump"; exit 77; }
-allowed='run_block_avx2|run_block_avx512|run_block_avx512bf16|run_block_avx512fp16|run_block_amx|fmha::cpu::amx::gemm|release_amx|f16_to_f32_f16c|f16_to_f32_avx512|f32_to_f16_f16c|f32_to_f16_avx512|bf16_score_tile|bf16_score_strip|bf16_dot_tile|bf16_dot_strip|fold_zmm|amx_softmax_tile|pack_kv_amx|transpose_q16|split_row_amx'
+allowed='run_block_avx2|run_block_avx512|run_block_avx512bf16|run_block_avx512fp16|run_block_amx|fmha::cpu::amx::gemm|release_amx|f16_to_f32_f16c|f16_to_f32_avx512|f32_to_f16_f16c|f32_to_f16_avx512|bf16_score_tile|bf16_score_strip|bf16_dot_tile|bf16_dot_strip|fold_zmm|amx_softmax_tile|pack_kv_amx|transpose_q16|split_row_amx|decode16_'
 report=$(objdump -d --no-show-raw-insn -C "$lib" | awk '
   /^[0-9a-f]+ <.*>:$/ { fn = $0; next }
   /^ +[0-9a-f]+:\t(v[a-z0-9]+|k[a-z]+[bwdq]|tileload[a-z0-9]*|tilestored|tilezero|tilerelease|ldtilecfg|sttilecfg|tdp[a-z0-9]+) / { n[fn]++ }

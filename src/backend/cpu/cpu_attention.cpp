@@ -41,7 +41,9 @@
 // packs them (row r = query head r / Nq of the group, query r % Nq), so each
 // K/V element is loaded and converted once per kv head instead of once per
 // query head; with up to kDotRows rows the scores are per-key dot products
-// rather than a product padded to kMicroCols rows. Such a block's keys are
+// rather than a product padded to kMicroCols rows. On the AVX-512 paths a
+// block of up to kDecode16Rows rows with F16/BF16 K/V reads the K and V rows
+// in place instead of staging them (decode16 below). Such a block's keys are
 // also cut into splits (core/key_tiles.h) when there are few kv heads: each
 // split writes its unnormalized (m, l, o) to the workspace and a second pass
 // merges them in split order, in FP64 (log-sum-exp). The split count depends
@@ -198,6 +200,29 @@ constexpr int64_t kDotRows = 16;
 // of 1 was no better.
 constexpr int64_t kDotTileKeys = 32;
 static_assert(kDotTileKeys <= 32, "a dot-product tile must fit the scratch of every tile_shape");
+// decode16 blocks (K/V rows read in place, below) stream 64 keys per tile
+// (tile_shape's L.keys where that is smaller): the per-tile work (P's zero
+// check, o's rescale, loading and storing o) halves against 32, and nothing
+// is staged, so a tile costs no scratch. bench_cpu --decode --nk 2048 (K/V
+// in L3), 1 thread, min ms, 32 / 64 keys: f16 0.30 / 0.27, bf16 0.26 / 0.23.
+constexpr int64_t kDecode16TileKeys = 64;
+// decode16 takes packed blocks of up to 32 rows (Nq 5-8 with G = 4 would
+// otherwise pad 20-28 rows to the staged product's 32): bench_cpu --decode
+// --nk 2048, F16, 1 thread, min ms staged / decode16: Nq=5 1.71 / 1.10,
+// Nq=6 1.81 / 1.29, Nq=8 1.97 / 1.73.
+constexpr int64_t kDecode16Rows = 32;
+// Build-time switches for measuring decode16 against what it replaced, on
+// the machine in question (tools/device/ggml.sh builds the variants):
+// FMHA_CPU_DECODE16=0 leaves packed decode blocks on the staged path,
+// FMHA_CPU_DECODE16_PREFETCH is how many tiles ahead the software prefetch
+// runs: 1 (the next tile), 2, or 0 (none: the hardware prefetchers only).
+#if !defined(FMHA_CPU_DECODE16)
+#define FMHA_CPU_DECODE16 1
+#endif
+#if !defined(FMHA_CPU_DECODE16_PREFETCH)
+#define FMHA_CPU_DECODE16_PREFETCH 1
+#endif
+static_assert(FMHA_CPU_DECODE16_PREFETCH >= 0 && FMHA_CPU_DECODE16_PREFETCH <= 2, "a ring of 3 tiles' rows");
 constexpr int64_t kLanes = 16;
 constexpr int64_t kDotKeys = 2;
 constexpr int64_t kDotStripRows = 4;
@@ -850,11 +875,31 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_score_tile(const 
   for (; j < nk; ++j) bf16_score_strip<1>(k + j * ldk, ldk, qp, ldq, s + j * lds, lds, np, pairs, scale);
 }
 
+// Rows a decode kernel prefetches as it goes: with key j of its own tile it
+// asks for row j of k and of v (`bytes` each; rows [0, n)), which are the
+// next tile's (see decode16 below). n = 0: none.
+struct Prefetch {
+  const uint16_t* const* k;
+  const uint16_t* const* v;
+  int64_t n;
+  int64_t bytes;
+
+  FMHA_CPU_INLINE void rows(int64_t j0, int64_t count) const {
+    for (int64_t j = j0; j < std::min(j0 + count, n); ++j)
+      for (int64_t at = 0; at < bytes; at += kAlignBytes) {
+        prefetch_read(reinterpret_cast<const char*>(k[j]) + at);
+        prefetch_read(reinterpret_cast<const char*>(v[j]) + at);
+      }
+  }
+};
+
 // The dot-product form for packed decode blocks (dot_scores' layout: S rows
 // x keys), on raw BF16: s[r * lds + j] = scale * sum_d k[j][d] * q[r][d],
-// K row j at k + j * ldk and Q row r at q + r * ldq, both zero past
-// head_dim up to dp (a multiple of 32). Each (key, row) sums 16 FP32 lanes
-// of vdpbf16ps pair products, folded in dot_strip's fixed order.
+// K row j at k[j] (a row pointer per key: rows read where they are, see
+// decode16 below, or from a staged tile) and Q row r at q + r * ldq, both
+// zero past head_dim up to dp (a multiple of 32) or dp == head_dim. Each
+// (key, row) sums 16 FP32 lanes of vdpbf16ps pair products, folded in
+// dot_strip's fixed order.
 // In registers: h[x] = a[x] + a[x + 8], q[x] = h[x] + h[x + 4], then
 // (q0 + q2) + (q1 + q3). (GCC 12's extract intrinsics pass an undefined
 // operand that -Wmaybe-uninitialized reports once inlined: the header's
@@ -863,7 +908,7 @@ __attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_score_tile(const 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE float fold_zmm(__m512 a) {
+FMHA_CPU_TARGET_AVX512 FMHA_CPU_INLINE float fold_zmm(__m512 a) {
   const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
   const __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
   float x[4];
@@ -871,8 +916,44 @@ FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE float fold_zmm(__m512 a) {
   return (x[0] + x[2]) + (x[1] + x[3]);
 }
 
+// fold_zmm of 16 accumulators at once, a[j][r] for 4 keys x 4 rows, with
+// the same additions in the same order, as a transpose: 128-bit lane r of
+// the result holds rows r's sums of keys 0..3 (stored as 4 floats). The
+// steps halve the width each time (h = low + high half, q = h's halves,
+// then (q0 + q2) + (q1 + q3)), pairing vectors so every add works on 16
+// useful lanes: 45 shuffles and adds for 16 sums, not ~10 per sum.
+FMHA_CPU_TARGET_AVX512 FMHA_CPU_INLINE __m512 fold_zmm_4x4(const __m512 (&a)[4][4]) {
+  __m512 z[4];
+  for (int j = 0; j < 4; ++j) {
+    // h of rows (0, 1) and (2, 3): [h0 lo, h0 hi, h1 lo, h1 hi] in 128-bit lanes.
+    const __m512 x = _mm512_add_ps(_mm512_shuffle_f32x4(a[j][0], a[j][1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a[j][0], a[j][1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 y = _mm512_add_ps(_mm512_shuffle_f32x4(a[j][2], a[j][3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(a[j][2], a[j][3], _MM_SHUFFLE(3, 2, 3, 2)));
+    // q of rows 0..3, one per 128-bit lane.
+    z[j] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  // Per 128-bit lane (row): [q0 + q2, q1 + q3] of keys (0, 1), then (2, 3).
+  const __m512 v0 = _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 v1 = _mm512_add_ps(_mm512_shuffle_ps(z[2], z[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_ps(z[2], z[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_ps(v0, v1, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(v0, v1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Row r's 4 sums (lane r of fold_zmm_4x4) times scale to s[r * lds + 0..3].
+FMHA_CPU_TARGET_AVX512 FMHA_CPU_INLINE void store_4x4(__m512 f, float scale, float* s, int64_t lds) {
+  f = _mm512_mul_ps(f, _mm512_set1_ps(scale));
+  _mm_storeu_ps(s, _mm512_castps512_ps128(f));
+  _mm_storeu_ps(s + lds, _mm512_extractf32x4_ps(f, 1));
+  _mm_storeu_ps(s + 2 * lds, _mm512_extractf32x4_ps(f, 2));
+  _mm_storeu_ps(s + 3 * lds, _mm512_extractf32x4_ps(f, 3));
+}
+
 template <int64_t kKeys, int64_t kR>
-FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE void bf16_dot_strip(const uint16_t* k, int64_t ldk, const uint16_t* q,
+FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE void bf16_dot_strip(const uint16_t* const* k, const uint16_t* q,
                                                                int64_t ldq, float* s, int64_t lds, int64_t dp,
                                                                float scale) {
   __m512 acc[kKeys][kR];
@@ -880,33 +961,177 @@ FMHA_CPU_TARGET_AVX512BF16 FMHA_CPU_INLINE void bf16_dot_strip(const uint16_t* k
     for (int64_t r = 0; r < kR; ++r) acc[j][r] = _mm512_setzero_ps();
   for (int64_t d = 0; d < dp; d += 32) {
     __m512i kv[kKeys];
-    for (int64_t j = 0; j < kKeys; ++j) kv[j] = _mm512_loadu_si512(k + j * ldk + d);
+    for (int64_t j = 0; j < kKeys; ++j) kv[j] = _mm512_loadu_si512(k[j] + d);
     for (int64_t r = 0; r < kR; ++r) {
       const __m512i qv = _mm512_loadu_si512(q + r * ldq + d);
       for (int64_t j = 0; j < kKeys; ++j) acc[j][r] = _mm512_dpbf16_ps(acc[j][r], (__m512bh)kv[j], (__m512bh)qv);
     }
+  }
+  if constexpr (kKeys == 4 && kR == 4) {
+    store_4x4(fold_zmm_4x4(acc), scale, s, lds);
+    return;
   }
   for (int64_t j = 0; j < kKeys; ++j)
     for (int64_t r = 0; r < kR; ++r) s[r * lds + j] = scale * fold_zmm(acc[j][r]);
 }
 
 // bf16_dot_strip over keys [0, nk) and rows [0, nr), as dot_scores.
-__attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_dot_tile(const uint16_t* k, int64_t ldk,
-                                                                         const uint16_t* q, int64_t ldq, float* s,
-                                                                         int64_t lds, int64_t nk, int64_t nr,
-                                                                         int64_t dp, float scale) {
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512BF16 void bf16_dot_tile(const uint16_t* const* k, const uint16_t* q,
+                                                                         int64_t ldq, float* s, int64_t lds,
+                                                                         int64_t nk, int64_t nr, int64_t dp,
+                                                                         float scale, const Prefetch& ahead) {
   int64_t j = 0;
-  for (; j + kDotKeys <= nk; j += kDotKeys) {
+  for (; j + 4 <= nk; j += 4) {  // 4 x 4 accumulators + 4 K vectors
+    ahead.rows(j, 4);
     int64_t r = 0;
-    for (; r + kDotStripRows <= nr; r += kDotStripRows)
-      bf16_dot_strip<kDotKeys, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
-    for (; r < nr; ++r) bf16_dot_strip<kDotKeys, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+    for (; r + 4 <= nr; r += 4) bf16_dot_strip<4, 4>(k + j, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+    for (; r < nr; ++r) bf16_dot_strip<4, 1>(k + j, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
   }
   for (; j < nk; ++j) {
+    ahead.rows(j, j + 1 < nk ? 1 : ahead.n);  // the last key: the rest of the next tile
     int64_t r = 0;
     for (; r + kDotStripRows <= nr; r += kDotStripRows)
-      bf16_dot_strip<1, kDotStripRows>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
-    for (; r < nr; ++r) bf16_dot_strip<1, 1>(k + j * ldk, ldk, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+      bf16_dot_strip<1, kDotStripRows>(k + j, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+    for (; r < nr; ++r) bf16_dot_strip<1, 1>(k + j, q + r * ldq, ldq, s + r * lds + j, lds, dp, scale);
+  }
+}
+
+// ---- decode16: packed decode blocks on F16/BF16 K and V rows in place ----------
+//
+// A packed decode block (G * Nq rows, few) does ~4 multiply-adds per K or V
+// element, so staging each tile as FP32 (convert, store, load again, and
+// scan V for non-finite values) cost as much as the products (bench_cpu
+// --decode: ~115 cycles per key at one thread where the multiply-adds need
+// ~64). On the AVX-512 paths, with head_dim a multiple of 32 and K/V rows
+// contiguous, the block instead reads each key's K and V row where it lies
+// (one row pointer per key, so dense, packed and paged layouts alike) and
+// widens it in registers (vcvtph2ps; BF16 by a 16-bit shift), once per
+// strip of rows. Within a tile the sums are those of the staged path, term
+// for term and in the same order (the same lanes and folds for the scores,
+// the same FMA chain over keys for P . V); the tiles are longer
+// (kDecode16TileKeys), which moves the points where o is rescaled.
+
+// 16 elements of a 16-bit row as FP32 (both conversions exact).
+template <bool kBf16>
+FMHA_CPU_TARGET_AVX512 FMHA_CPU_INLINE __m512 decode16_load(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (kBf16)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  else
+    return _mm512_cvtph_ps(h);
+}
+
+// s[r * lds + j] = sum_d k[j][d] * q[r][d] for kKeys keys and kR rows, d
+// over [0, n) (n a multiple of 16): dot_strip's lanes and fold, with Q the
+// block's FP32 rows (scaled) and K widened from 16 bits as it is loaded.
+template <bool kBf16, int64_t kKeys, int64_t kR>
+FMHA_CPU_TARGET_AVX512 FMHA_CPU_INLINE void decode16_dot_strip(const uint16_t* const* k, const float* q,
+                                                               int64_t ldq, float* s, int64_t lds, int64_t n) {
+  __m512 acc[kKeys][kR];
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) acc[j][r] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < n; d += 16) {
+    __m512 kv[kKeys];
+    for (int64_t j = 0; j < kKeys; ++j) kv[j] = decode16_load<kBf16>(k[j] + d);
+    for (int64_t r = 0; r < kR; ++r) {
+      const __m512 qv = _mm512_loadu_ps(q + r * ldq + d);
+      for (int64_t j = 0; j < kKeys; ++j) acc[j][r] = _mm512_fmadd_ps(kv[j], qv, acc[j][r]);
+    }
+  }
+  if constexpr (kKeys == 4 && kR == 4) {
+    store_4x4(fold_zmm_4x4(acc), 1.f, s, lds);
+    return;
+  }
+  for (int64_t j = 0; j < kKeys; ++j)
+    for (int64_t r = 0; r < kR; ++r) s[r * lds + j] = fold_zmm(acc[j][r]);
+}
+
+template <bool kBf16>
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512 void decode16_dot_tile(const uint16_t* const* k, const float* q,
+                                                                          int64_t ldq, float* s, int64_t lds,
+                                                                          int64_t nk, int64_t nr, int64_t n,
+                                                                          const Prefetch& ahead) {
+  constexpr int64_t kKeys = 4;  // 4 x 4 accumulators + 4 K vectors: 21 of the 32 zmm
+  int64_t j = 0;
+  for (; j + kKeys <= nk; j += kKeys) {
+    ahead.rows(j, kKeys);
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) decode16_dot_strip<kBf16, kKeys, 4>(k + j, q + r * ldq, ldq, s + r * lds + j, lds, n);
+    for (; r < nr; ++r) decode16_dot_strip<kBf16, kKeys, 1>(k + j, q + r * ldq, ldq, s + r * lds + j, lds, n);
+  }
+  for (; j < nk; ++j) {
+    ahead.rows(j, j + 1 < nk ? 1 : ahead.n);  // the last key: the rest of the next tile
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) decode16_dot_strip<kBf16, 1, 4>(k + j, q + r * ldq, ldq, s + r * lds + j, lds, n);
+    for (; r < nr; ++r) decode16_dot_strip<kBf16, 1, 1>(k + j, q + r * ldq, ldq, s + r * lds + j, lds, n);
+  }
+}
+
+// Whether P (rows x keys, lds apart) holds a zero weight.
+[[maybe_unused]] __attribute__((noinline)) FMHA_CPU_TARGET_AVX512 bool decode16_any_zero(const float* p, int64_t lds,
+                                                                                         int64_t nr, int64_t nk) {
+  const __m512 zero = _mm512_setzero_ps();
+  __mmask16 any = 0;
+  for (int64_t r = 0; r < nr; ++r) {
+    const float* pr = p + r * lds;
+    int64_t j = 0;
+    for (; j + 16 <= nk; j += 16) any |= _mm512_cmp_ps_mask(_mm512_loadu_ps(pr + j), zero, _CMP_EQ_OQ);
+    if (j < nk) {
+      const __mmask16 tail = static_cast<__mmask16>((1u << (nk - j)) - 1);
+      any |= _mm512_mask_cmp_ps_mask(tail, _mm512_maskz_loadu_ps(tail, pr + j), zero, _CMP_EQ_OQ);
+    }
+  }
+  return any != 0;
+}
+
+// o[r][x0 + x] = alpha[r] * o[r][x0 + x] + sum_j p[r][j] * v[j][x0 + x] for
+// kR rows and kC x 16 columns: gemm_strip's order (the old o scaled first,
+// then one FMA per key in key order), with the accumulators in registers
+// over the tile's keys and each V vector widened once for the kR rows.
+template <bool kBf16, int64_t kR, int64_t kC>
+FMHA_CPU_TARGET_AVX512 FMHA_CPU_INLINE void decode16_pv_strip(const float* p, int64_t ldp,
+                                                              const uint16_t* const* v, int64_t x0, float* o,
+                                                              int64_t ldo, const float* alpha, int64_t nk) {
+  __m512 acc[kR][kC];
+  for (int64_t r = 0; r < kR; ++r) {
+    const __m512 a = _mm512_set1_ps(alpha[r]);
+    for (int64_t c = 0; c < kC; ++c) acc[r][c] = _mm512_mul_ps(a, _mm512_loadu_ps(o + r * ldo + x0 + 16 * c));
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    __m512 vv[kC];
+    for (int64_t c = 0; c < kC; ++c) vv[c] = decode16_load<kBf16>(v[j] + x0 + 16 * c);
+    for (int64_t r = 0; r < kR; ++r) {
+      const __m512 pr = _mm512_set1_ps(p[r * ldp + j]);
+      for (int64_t c = 0; c < kC; ++c) acc[r][c] = _mm512_fmadd_ps(pr, vv[c], acc[r][c]);
+    }
+  }
+  for (int64_t r = 0; r < kR; ++r)
+    for (int64_t c = 0; c < kC; ++c) _mm512_storeu_ps(o + r * ldo + x0 + 16 * c, acc[r][c]);
+}
+
+template <bool kBf16, int64_t kR>
+FMHA_CPU_TARGET_AVX512 FMHA_CPU_INLINE void decode16_pv_rows(const float* p, int64_t ldp, const uint16_t* const* v,
+                                                             float* o, int64_t ldo, const float* alpha, int64_t nk,
+                                                             int64_t n) {
+  int64_t x = 0;
+  for (; x + 64 <= n; x += 64) decode16_pv_strip<kBf16, kR, 4>(p, ldp, v, x, o, ldo, alpha, nk);
+  if (x < n) decode16_pv_strip<kBf16, kR, 2>(p, ldp, v, x, o, ldo, alpha, nk);  // n % 64 == 32
+}
+
+// o = alpha o + P . V_tile for the block's nr rows, columns [0, n) (n a
+// multiple of 32), P rows x keys (ldp apart), V rows at v[j].
+template <bool kBf16>
+__attribute__((noinline)) FMHA_CPU_TARGET_AVX512 void decode16_pv_tile(const float* p, int64_t ldp,
+                                                                         const uint16_t* const* v, float* o,
+                                                                         int64_t ldo, const float* alpha, int64_t nk,
+                                                                         int64_t nr, int64_t n) {
+  int64_t r = 0;
+  for (; r + 4 <= nr; r += 4) decode16_pv_rows<kBf16, 4>(p + r * ldp, ldp, v, o + r * ldo, ldo, alpha + r, nk, n);
+  switch (nr - r) {
+    case 3: decode16_pv_rows<kBf16, 3>(p + r * ldp, ldp, v, o + r * ldo, ldo, alpha + r, nk, n); break;
+    case 2: decode16_pv_rows<kBf16, 2>(p + r * ldp, ldp, v, o + r * ldo, ldo, alpha + r, nk, n); break;
+    case 1: decode16_pv_rows<kBf16, 1>(p + r * ldp, ldp, v, o + r * ldo, ldo, alpha + r, nk, n); break;
+    default: break;
   }
 }
 #if defined(__GNUC__) && !defined(__clang__)
@@ -1104,7 +1329,11 @@ template <CpuIsa kIsa>
 FMHA_CPU_INLINE void raw_dot_tile(const uint16_t* k, int64_t ldk, const uint16_t* q, int64_t ldq, float* s,
                                   int64_t lds, int64_t nk, int64_t nr, int64_t dp, float scale) {
 #if FMHA_CPU_X86_VARIANTS
-  if constexpr (isa_has_bf16_dot(kIsa)) bf16_dot_tile(k, ldk, q, ldq, s, lds, nk, nr, dp, scale);
+  if constexpr (isa_has_bf16_dot(kIsa)) {
+    const uint16_t* rows[kDotTileKeys];  // the staged tile's rows (prefetched as it was staged)
+    for (int64_t j = 0; j < nk; ++j) rows[j] = k + j * ldk;
+    bf16_dot_tile(rows, q, ldq, s, lds, nk, nr, dp, scale, Prefetch{});
+  }
 #endif
 #if FMHA_CPU_NEON_FP16
   if constexpr (kIsa == CpuIsa::kNeonFp16) f16_dot_tile_neon(k, ldk, q, ldq, s, lds, nk, nr, dp, scale);
@@ -1197,6 +1426,24 @@ struct Extra {
     }
   }
 };
+
+// o = alpha o + P . V_tile where V_tile holds a NaN or inf: every zero
+// weight is skipped, so a key a row does not see (or whose weight
+// underflowed) never reaches its O (fmha.h, "Non-finite data"). P(r, j) at
+// p[r * p_row + j * p_key], V rows and o rows of n floats.
+FMHA_CPU_INLINE void pv_skipping_zeros(const float* p, int64_t p_row, int64_t p_key, const float* vt, int64_t ldv,
+                                       float* o, int64_t n, const float* alpha, int64_t nr, int64_t bc) {
+  for (int64_t r = 0; r < nr; ++r) {
+    float* orow = o + r * n;
+    for (int64_t x = 0; x < n; ++x) orow[x] *= alpha[r];
+    for (int64_t j = 0; j < bc; ++j) {
+      const float pj = p[j * p_key + r * p_row];
+      if (pj == 0.f) continue;
+      const float* vj = vt + j * ldv;
+      for (int64_t x = 0; x < n; ++x) orow[x] += pj * vj[x];
+    }
+  }
+}
 
 // ---- one work item ------------------------------------------------------------
 
@@ -1449,7 +1696,25 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   auto h_of = [&](int64_t r) { return packed ? h + r / nq : h; };
   // Scores as dot products (few packed rows: Q row-major in qt, S rows x
   // keys) or as the padded product (Q^T in qt, S keys x rows).
-  const bool dot = packed && nr <= kDotRows;
+  // decode16 (AVX-512 paths, packed dot-product blocks): K and V rows read
+  // in place when they are F16 or BF16, contiguous, and head_dim is a
+  // multiple of 32 (no padding past a row's end). Scores from Q as raw BF16
+  // rows (raw_dots below, bf16_dot_tile) or as FP32 rows (decode16_dot_tile).
+  // It takes packed blocks of up to kDecode16Rows rows (the staged dot form
+  // up to kDotRows), except on the amx path, whose tiles take the blocks
+  // past kDotRows.
+#if FMHA_CPU_X86_VARIANTS
+  constexpr bool kDecode16Isa = FMHA_CPU_DECODE16 && isa_is_x86(kIsa) && kIsa >= CpuIsa::kAvx512;
+  constexpr int64_t kDecode16MaxRows = kIsa == CpuIsa::kAmx ? kDotRows : kDecode16Rows;
+#else
+  constexpr bool kDecode16Isa = false;
+  constexpr int64_t kDecode16MaxRows = kDotRows;
+#endif
+  const bool kv_16 = kvt == FMHA_DTYPE_BF16 || kvt == FMHA_DTYPE_F16;
+  const bool decode16_fits = kDecode16Isa && packed && kv_16 && D % 32 == 0 && p.k.stride[3] == 1 &&
+                             p.v.stride[3] == 1;
+  const bool dot = packed && nr <= (decode16_fits ? kDecode16MaxRows : kDotRows);
+  const bool decode16 = decode16_fits && dot;
   const int64_t np = round_up(nr, kMicroCols);  // rows of the padded product (padding rows are discarded)
   // Scores from raw 16-bit Q and K: BF16 with vdpbf16ps on the avx512bf16
   // path and the x86 paths above it (see bf16_score_tile; on the amx path
@@ -1474,7 +1739,6 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // covers it), with a second plane (lo, amx::split: exact) for F16 q or
   // K/V; P is rounded to BF16 (one plane) when q or K/V is BF16, whose
   // tolerance allows it, and otherwise split to 16 bits.
-  const bool kv_16 = kvt == FMHA_DTYPE_BF16 || kvt == FMHA_DTYPE_F16;
   const bool amx = kAmx && !dot && (dt == FMHA_DTYPE_BF16 || dt == FMHA_DTYPE_F16) &&
                    (kv_16 || kvt == FMHA_DTYPE_F8E4M3 || kvt == FMHA_DTYPE_F8E5M2);
   [[maybe_unused]] const bool q_split = amx && dt == FMHA_DTYPE_F16;  // Q has a lo plane
@@ -1524,7 +1788,10 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // blocks ran), else the tiles are staged here per key tile.
   const bool use_pack = amx && job.pack.keys > 0;
   // Keys per streamed tile.
-  const int64_t KT = dot ? kDotTileKeys : use_pack ? kAmxTileKeys : L.keys;
+  const int64_t KT = decode16 ? std::min(kDecode16TileKeys, L.keys)
+                     : dot    ? kDotTileKeys
+                     : use_pack ? kAmxTileKeys
+                                : L.keys;
   // FP32 K and V of the padded product read in place: rows of unit stride,
   // head_dim a multiple of kMicroCols (no padding columns) and keys at one
   // stride (not paged), so a tile is already the row-major operand the
@@ -1707,12 +1974,81 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   extra.slopes = p.alibi_slopes != nullptr ? p.alibi_slopes + b * p.alibi_stride : nullptr;
   const Extra* extra_ptr = extra.bias != nullptr || extra.slopes != nullptr ? &extra : nullptr;
 
+  // decode16: the K and V rows of key tile t (this tile's and the next's).
+  // A ring of 3: this tile's, and those up to FMHA_CPU_DECODE16_PREFETCH ahead.
+  constexpr int64_t kAhead = FMHA_CPU_DECODE16_PREFETCH;
+  [[maybe_unused]] const uint16_t* rows_k[3][kDecode16TileKeys];
+  [[maybe_unused]] const uint16_t* rows_v[3][kDecode16TileKeys];
+  [[maybe_unused]] auto find_rows = [&](int64_t t, const uint16_t** kr, const uint16_t** vr) {
+    const int64_t j0 = std::max(t * KT, block_lo);
+    const int64_t n = std::min((t + 1) * KT, block_hi) - j0;
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t k_at, v_at;
+      sq.key_at(hk, j0 + j, &k_at, &v_at);
+      kr[j] = static_cast<const uint16_t*>(k.data) + k_at;
+      vr[j] = static_cast<const uint16_t*>(v.data) + v_at;
+    }
+    return n;
+  };
+
   // amx: the tiles are configured by this block's first product and kept
   // until release_amx below (nothing else runs on them in between).
   [[maybe_unused]] bool tiles_configured = false;
   for (int64_t t = tiles.t_begin; t < tiles.t_end; ++t) {
     const int64_t j0 = std::max(t * KT, block_lo);            // first key of this tile
     const int64_t bc = std::min((t + 1) * KT, block_hi) - j0;  // keys in this tile
+    const bool edge = j0 < full_lo || j0 + bc > full_hi;
+
+#if FMHA_CPU_X86_VARIANTS
+    if constexpr (kDecode16Isa) {
+      if (decode16) {
+        // The tile's K and V rows where they are (found while an earlier
+        // tile ran), and those of the tile kAhead further, which the score
+        // kernels prefetch as they go, key by key. Rows that far ahead help
+        // across 4 KiB page boundaries, where the hardware prefetchers stop
+        // (paged K/V, or every 16 keys of a dense F16 head at D = 128).
+        const int64_t cur = (t - tiles.t_begin) % 3;
+        const uint16_t** krow = rows_k[cur];
+        const uint16_t** vrow = rows_v[cur];
+        if (t == tiles.t_begin)
+          for (int64_t i = 0; i < kAhead && t + i < tiles.t_end; ++i) find_rows(t + i, rows_k[i], rows_v[i]);
+        if (kAhead == 0) find_rows(t, krow, vrow);
+        const int64_t far = (cur + kAhead) % 3;
+        const int64_t far_bc =
+            kAhead > 0 && t + kAhead < tiles.t_end ? find_rows(t + kAhead, rows_k[far], rows_v[far]) : 0;
+        const Prefetch ahead{rows_k[far], rows_v[far], far_bc, D * 2};
+        const bool bf16 = kvt == FMHA_DTYPE_BF16;
+        if (raw_dots) {
+          if constexpr (isa_has_bf16_dot(kIsa))
+            bf16_dot_tile(krow, reinterpret_cast<const uint16_t*>(qt), DP, s, L.keys, bc, nr, D, qk_scale, ahead);
+        } else if (bf16) {
+          decode16_dot_tile<true>(krow, qt, DP, s, L.keys, bc, nr, D, ahead);
+        } else {
+          decode16_dot_tile<false>(krow, qt, DP, s, L.keys, bc, nr, D, ahead);
+        }
+        softmax_rows(s, L.keys, nr, bc, j0, edge, lo, hi, softcap, inv_softcap, extra_ptr, m, l, alpha);
+        // A NaN or inf in V matters only where it meets a zero weight (see
+        // v_nonfinite below): V is scanned only when the tile has one.
+        const bool zero_p = decode16_any_zero(s, L.keys, nr, bc);
+        bool v_bad = false;
+        if (zero_p) {
+          const uint16_t exp_mask = bf16 ? 0x7f80u : 0x7c00u;
+          for (int64_t j = 0; j < bc; ++j)
+            for (int64_t d = 0; d < D; ++d) v_bad |= (vrow[j][d] & exp_mask) == exp_mask;
+        }
+        if (!v_bad) {
+          if (bf16)
+            decode16_pv_tile<true>(s, L.keys, vrow, o, DP, alpha, bc, nr, D);
+          else
+            decode16_pv_tile<false>(s, L.keys, vrow, o, DP, alpha, bc, nr, D);
+        } else {
+          for (int64_t j = 0; j < bc; ++j) load_row<kIsa>(vrow[j], 1, D, kvt, vt + j * DP);
+          pv_skipping_zeros(s, L.keys, 1, vt, DP, o, DP, alpha, nr, bc);
+        }
+        continue;
+      }
+    }
+#endif
     // amx: the tile's first column is key a0 (with the packs, even: V's VNNI
     // rows pair keys (2i, 2i + 1); an odd j0 is a block's first key, which
     // every row's range excludes, so column 0 is masked), bcs columns of
@@ -1865,7 +2201,6 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
       for (int64_t x = 0; x < kLanes; ++x) v_nonfinite |= lanes[x];
     }
 
-    const bool edge = j0 < full_lo || j0 + bc > full_hi;
     if (amx) {
 #if FMHA_CPU_AMX
       // Per 32-row chunk of the block (one row of 2 x 2 accumulator blocks,
