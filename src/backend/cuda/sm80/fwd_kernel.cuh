@@ -55,11 +55,14 @@
 #include "backend/cuda/sm80/tile_config.h"
 #include "core/key_tiles.h"
 
-// Measurement switch (a build with -DFMHA_SM80_PAGED_PREFETCH=0, as
-// tools/device/paged.sh builds one, to time the paged kernels with and
-// without the L2 prefetch of the next tile in one device session).
+// Measurement switch: the L2 prefetch of the next paged tile (a build with
+// -DFMHA_SM80_PAGED_PREFETCH=1; tools/device/paged.sh times both). Off by
+// default: in the lead's final run of 2026-12-01 (docs/performance.md,
+// "Paged and mixed decode") paged / contiguous with it was lower than at
+// the checkpoint without it on 4 of 6 decode rows (B=64 mixed 0.59-0.65
+// against 0.67-0.74) and on the paged ragged prefill (0.86 against 0.93).
 #ifndef FMHA_SM80_PAGED_PREFETCH
-#define FMHA_SM80_PAGED_PREFETCH 1
+#define FMHA_SM80_PAGED_PREFETCH 0
 #endif
 
 namespace fmha::cuda::sm80 {
