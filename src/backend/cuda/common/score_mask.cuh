@@ -283,10 +283,9 @@ struct ScoreMask {
   // (B: a 16-bit type) instead of loaded from global memory per element:
   // 128-byte-swizzled panels of 64 keys (the copy engine's), key k of tile
   // row r at byte (k / 64) panel_bytes + 128 r + 16 ((k % 64) / 8 ^ r % 8) +
-  // 2 (k % 8) from `tile` (a shared address, 128-aligned), read with
-  // ldmatrix (four n8 tiles of 8 rows each per instruction): the 8 rows of
-  // an n8 tile fall on 8 distinct chunk columns, so the reads are free of
-  // bank conflicts. tile_row0: the tile row of unit
+  // 2 (k % 8) from `tile` (a shared address, 128-aligned). The lane's 16-byte chunks
+  // of one n8 tile fall on 8 distinct chunk columns for its 8 rows, so a
+  // warp's loads are free of bank conflicts. tile_row0: the tile row of unit
   // row row0; row_bcast: the tile holds one row, shared by every query (a
   // bias broadcast over Nq). Same kInit / f as bias_terms; `alibi`: the
   // rows' ALiBi constants (read when p.alibi_slopes is set). Returns whether
@@ -312,7 +311,6 @@ struct ScoreMask {
                                                    int64_t diag, float f, int row0, int n0, int lane, uint32_t tile,
                                                    int panel_bytes, int tile_row0, bool row_bcast) {
     using B2 = typename std::conditional<std::is_same<B, __half>::value, __half2, __nv_bfloat162>::type;
-    static_assert(kNTiles % 4 == 0, "whole ldmatrix x4 groups of n8 tiles");
     const float j_lane = static_cast<float>(n0 + 2 * (lane & 3));
     const int side = kAlibi ? alibi_side(p, diag, row0, n0) : 0;
     B2 lowest = B2{};  // the lane's least element pair (a -inf wins every min)
@@ -320,26 +318,19 @@ struct ScoreMask {
     for (int ms = 0; ms < kMSlices; ++ms)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        // ldmatrix x4: matrix m of group g is the 8 rows x 8 keys of n8 tile
-        // 4 g + m, its row addresses from lanes 8 m .. 8 m + 7; lane l gets
-        // its row l / 4, keys 2 (l % 4) and + 1: the accumulator's pair.
-        const int ar = row_bcast ? 0 : tile_row0 + ms * 16 + 8 * hh + (lane & 7);  // the row this lane addresses
+        const int tr = row_bcast ? 0 : tile_row0 + ms * 16 + (lane >> 2) + 8 * hh;
+        const uint32_t row = tile + tr * 128 + (lane & 3) * 4;
         float2 x[kNTiles];
 #pragma unroll
-        for (int g = 0; g < kNTiles / 4; ++g) {
-          const int nt = 4 * g + (lane >> 3);
-          const uint32_t addr = tile + (nt / 8) * panel_bytes + ar * 128 + (((nt % 8) ^ (ar % 8)) << 4);
-          uint32_t raw[4];
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                       : "=r"(raw[0]), "=r"(raw[1]), "=r"(raw[2]), "=r"(raw[3])
-                       : "r"(addr)
+        for (int nt = 0; nt < kNTiles; ++nt) {
+          uint32_t raw;
+          asm volatile("ld.shared.b32 %0, [%1];\n"
+                       : "=r"(raw)
+                       : "r"(row + (nt / 8) * panel_bytes + ((((nt % 8) ^ (tr % 8))) << 4))
                        : "memory");
-#pragma unroll
-          for (int m = 0; m < 4; ++m) {
-            const B2 pair = *reinterpret_cast<const B2*>(&raw[m]);
-            lowest = ms == 0 && hh == 0 && g == 0 && m == 0 ? pair : __hmin2(lowest, pair);
-            x[4 * g + m] = to_float2<B>(raw[m]);
-          }
+          const B2 pair = *reinterpret_cast<const B2*>(&raw);
+          lowest = ms == 0 && hh == 0 && nt == 0 ? pair : __hmin2(lowest, pair);
+          x[nt] = to_float2<B>(raw);
         }
         float2 a[kNTiles];
         if constexpr (kAlibi) alibi_terms(a, alibi.slope[ms][hh], alibi.d[ms][hh] - j_lane, side);
