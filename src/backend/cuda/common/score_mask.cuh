@@ -237,48 +237,6 @@ struct ScoreMask {
       }
   }
 
-  // ALiBi's constants of the lane's rows over a work tile: the slope (times
-  // `factor`, the one the caller folds into the terms: bias_terms' f when
-  // the terms start the accumulator, else 1) and d(i) as float (exact below
-  // 2^24), so a key tile's terms need no head lookup, division or slope
-  // load (alibi_only, staged_bias_terms).
-  struct AlibiRows {
-    float slope[kMSlices][2];
-    float d[kMSlices][2];
-  };
-  __device__ __forceinline__ static AlibiRows alibi_rows(const FwdParams& p, const WorkTile& w, int64_t diag,
-                                                         float factor, int row0, int lane) {
-    AlibiRows a;
-#pragma unroll
-    for (int ms = 0; ms < kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        int64_t h;
-        int i;
-        w.locate(p, row0 + ms * 16 + (lane >> 2) + 8 * hh, &h, &i);
-        a.slope[ms][hh] = p.alibi_slopes[w.b * p.alibi_stride + h] * factor;
-        a.d[ms][hh] = static_cast<float>(i + diag);
-      }
-    return a;
-  }
-
-  // ALiBi alone (no bias tensor) on key tile n0, from the rows' constants:
-  // kInit: s = the terms (a carries f); else s = s * f + the terms.
-  template <bool kInit>
-  __device__ __forceinline__ static void alibi_only(Acc& s, const AlibiRows& a, const FwdParams& p, int64_t diag,
-                                                    float f, int row0, int n0, int lane) {
-    const int side = alibi_side(p, diag, row0, n0);
-    const float j_lane = static_cast<float>(n0 + 2 * (lane & 3));
-#pragma unroll
-    for (int ms = 0; ms < kMSlices; ++ms)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float2 t[kNTiles];
-        alibi_terms(t, a.slope[ms][hh], a.d[ms][hh] - j_lane, side);
-        combine<kInit, false, true>(s, ms, hh, t, t, f);
-      }
-  }
-
   // The bias (and ALiBi) terms with the bias tile staged in shared memory
   // (B: a 16-bit type) instead of loaded from global memory per element:
   // 128-byte-swizzled panels of 64 keys (the copy engine's), key k of tile
@@ -287,37 +245,37 @@ struct ScoreMask {
   // of one n8 tile fall on 8 distinct chunk columns for its 8 rows, so a
   // warp's loads are free of bank conflicts. tile_row0: the tile row of unit
   // row row0; row_bcast: the tile holds one row, shared by every query (a
-  // bias broadcast over Nq). Same kInit / f as bias_terms; `alibi`: the
-  // rows' ALiBi constants (read when p.alibi_slopes is set). Returns whether
+  // bias broadcast over Nq). Same kInit / f as bias_terms. Returns whether
   // one of the lane's elements is -inf (a key the row does not see).
   template <bool kInit>
-  __device__ __forceinline__ static bool staged_bias_terms(Acc& s, const FwdParams& p, const AlibiRows& alibi,
+  __device__ __forceinline__ static bool staged_bias_terms(Acc& s, const FwdParams& p, const WorkTile& w,
                                                            int64_t diag, float f, int row0, int n0, int lane,
                                                            uint32_t tile, int panel_bytes, int tile_row0,
                                                            bool row_bcast) {
     const bool bf16 = p.bias_dtype == FMHA_DTYPE_BF16;
     if (p.alibi_slopes != nullptr)
-      return bf16 ? staged_as<__nv_bfloat16, kInit, true>(s, p, alibi, diag, f, row0, n0, lane, tile, panel_bytes,
+      return bf16 ? staged_as<__nv_bfloat16, kInit, true>(s, p, w, diag, f, row0, n0, lane, tile, panel_bytes,
                                                          tile_row0, row_bcast)
-                  : staged_as<__half, kInit, true>(s, p, alibi, diag, f, row0, n0, lane, tile, panel_bytes, tile_row0,
+                  : staged_as<__half, kInit, true>(s, p, w, diag, f, row0, n0, lane, tile, panel_bytes, tile_row0,
                                                    row_bcast);
-    return bf16 ? staged_as<__nv_bfloat16, kInit, false>(s, p, alibi, diag, f, row0, n0, lane, tile, panel_bytes,
+    return bf16 ? staged_as<__nv_bfloat16, kInit, false>(s, p, w, diag, f, row0, n0, lane, tile, panel_bytes,
                                                         tile_row0, row_bcast)
-                : staged_as<__half, kInit, false>(s, p, alibi, diag, f, row0, n0, lane, tile, panel_bytes, tile_row0,
+                : staged_as<__half, kInit, false>(s, p, w, diag, f, row0, n0, lane, tile, panel_bytes, tile_row0,
                                                   row_bcast);
   }
   template <class B, bool kInit, bool kAlibi>
-  __device__ __forceinline__ static bool staged_as(Acc& s, const FwdParams& p, const AlibiRows& alibi,
-                                                   int64_t diag, float f, int row0, int n0, int lane, uint32_t tile,
+  __device__ __forceinline__ static bool staged_as(Acc& s, const FwdParams& p, const WorkTile& w, int64_t diag,
+                                                   float f, int row0, int n0, int lane, uint32_t tile,
                                                    int panel_bytes, int tile_row0, bool row_bcast) {
     using B2 = typename std::conditional<std::is_same<B, __half>::value, __half2, __nv_bfloat162>::type;
-    const float j_lane = static_cast<float>(n0 + 2 * (lane & 3));
+    const int j_lane = n0 + 2 * (lane & 3);
     const int side = kAlibi ? alibi_side(p, diag, row0, n0) : 0;
     B2 lowest = B2{};  // the lane's least element pair (a -inf wins every min)
 #pragma unroll
     for (int ms = 0; ms < kMSlices; ++ms)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + ms * 16 + (lane >> 2) + 8 * hh;
         const int tr = row_bcast ? 0 : tile_row0 + ms * 16 + (lane >> 2) + 8 * hh;
         const uint32_t row = tile + tr * 128 + (lane & 3) * 4;
         float2 x[kNTiles];
@@ -333,7 +291,13 @@ struct ScoreMask {
           x[nt] = to_float2<B>(raw);
         }
         float2 a[kNTiles];
-        if constexpr (kAlibi) alibi_terms(a, alibi.slope[ms][hh], alibi.d[ms][hh] - j_lane, side);
+        if constexpr (kAlibi) {
+          int64_t h;
+          int i;
+          w.locate(p, r, &h, &i);
+          const float slope = p.alibi_slopes[w.b * p.alibi_stride + h];
+          alibi_terms(a, kInit ? slope * f : slope, static_cast<float>(i + diag - j_lane), side);
+        }
         combine<kInit, true, kAlibi>(s, ms, hh, x, a, f);
       }
     const float2 m = to_float2<B>(*reinterpret_cast<const uint32_t*>(&lowest));

@@ -1150,16 +1150,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const bool softcapped = kSoftcap || (kAllOps && p.softcap_out != 0.f);
   const bool biased = kAllOps && has_bias_or_alibi(p);
   const bool bias_init = biased && !softcapped;
-  using Mask = ScoreMask<Cfg::kMSlices, Cfg::kNTiles>;
-  // ALiBi's per-row constants (the slope folded with 1 / scale when the
-  // terms start Q K^T), computed at each use rather than held across the
-  // key loop (the wide tiles sit at 255 registers).
-  auto alibi_rows = [&] {
-    typename Mask::AlibiRows a{};
-    if (kAllOps && p.alibi_slopes != nullptr)
-      a = Mask::alibi_rows(p, w, w.diag_offset(p), bias_init ? 1.f / p.scale : 1.f, row0, lane);
-    return a;
-  };
 
   // Whether this warp owns a valid row (warp-uniform). An FP8 tile with
   // more warps than a decode unit has rows (Sm80Tuning::NarrowFp8Kv is one
@@ -1184,18 +1174,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       if (staged) {
         cp_async_wait<2>();  // B[t] landed (this lane's chunks) ...
         __syncwarp();        // ... and the warp's
-        Mask::template staged_bias_terms<true>(s, p, alibi_rows(), w.diag_offset(p), 1.f / p.scale, row0,
-                                               t * Cfg::kBlockN, lane, sBias, Bias::kPanelBytes, 0, false);
+        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::template staged_bias_terms<true>(
+            s, p, w, w.diag_offset(p), 1.f / p.scale, row0, t * Cfg::kBlockN, lane, sBias, Bias::kPanelBytes, 0,
+            false);
         __syncwarp();  // the warp has read B[t] before B[t+1] lands on it
         if (t + 1 < w.t_end) Bias::load(sBias, p, w, row0, (t + 1) * Cfg::kBlockN, lane);
         cp_async_commit();
         cp_async_wait<2>();  // K[t] landed (V[t] and B[t+1] in flight) ...
       } else {
-        if (bias_init && p.bias != nullptr)
-          bias_from_global<Cfg>(s, p, w, row0, t * Cfg::kBlockN, lane, true);
-        else if (bias_init)
-          Mask::template alibi_only<true>(s, alibi_rows(), p, w.diag_offset(p), 1.f / p.scale, row0,
-                                          t * Cfg::kBlockN, lane);
+        if (bias_init) bias_from_global<Cfg>(s, p, w, row0, t * Cfg::kBlockN, lane, true);
         cp_async_wait<1>();  // K[t] landed (this thread's part) ...
       }
       __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
@@ -1248,10 +1235,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, kFp8Kv ? cap_in : p.softcap_in, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-      if (biased && softcapped && p.bias != nullptr)
-        bias_from_global<Cfg>(s, p, w, row0, n0, lane, false);
-      else if (biased && softcapped)
-        Mask::template alibi_only<false>(s, alibi_rows(), p, w.diag_offset(p), 1.f, row0, n0, lane);
+      if (biased && softcapped) bias_from_global<Cfg>(s, p, w, row0, n0, lane, false);
       if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
       sm.update(s, o, kFp8Kv ? score_log2 : p.score_log2);
     }

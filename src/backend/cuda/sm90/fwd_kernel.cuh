@@ -298,8 +298,7 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
 }
 
 // The bias terms with the elements loaded from global memory (a bias the
-// copy engine cannot stage; ScoreMask::init_bias / add_bias, with ALiBi
-// when set), kept out of
+// copy engine cannot stage; ScoreMask::init_bias / add_bias), kept out of
 // line: inlined beside the staged path, the score-ops kernel spilled 1.8
 // KB instead of 0.7 (ptxas, D=128); a call costs this rare path s's trip
 // through local memory.
@@ -593,15 +592,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const float sign = kAllOps && !softcapped && qk < 0.f ? -1.f : 1.f;
     const float c = (!kAllOps || softcapped) ? p.score_log2 : p.score_log2 * fabsf(qk);
     s_init = bias_init ? 1u : 0u;
-    using Mask = ScoreMask<1, kNTiles>;
-    // The score factor the terms are divided by when they start Q K^T.
-    const float init_f = 1.f / (p.scale * qk);
-    // ALiBi's slope (folded with init_f when the terms start Q K^T) and
-    // d(i) of the lane's rows, once per work tile (one head: sm90 never
-    // packs).
-    typename Mask::AlibiRows alibi{};
-    if (kAllOps && p.alibi_slopes != nullptr)
-      alibi = Mask::alibi_rows(p, tw.w, tw.diag(p), bias_init ? init_f : 1.f, row0, lane);
     // Key tile t's bias tile from the ring into s (init: as Q K^T's
     // starting value, divided by the score factor; else added after
     // softcap), its stage released by each warp once read; notes whether it
@@ -611,11 +601,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const uint32_t tile = static_cast<uint32_t>(__cvta_generic_to_shared(sm.bias(bst.stage, cw)));
       const int n0 = t * Cfg::kBlockN;
       const bool bcast = maps.bias_rows == 1;
+      using Mask = ScoreMask<1, kNTiles>;
       constexpr int kPanel = 64 * 128;  // a 64-key panel of the consumer's 64 rows
-      const bool h = init ? Mask::template staged_bias_terms<true>(s, p, alibi, tw.diag(p), init_f, row0, n0, lane,
-                                                                   tile, kPanel, warp * 16, bcast)
-                          : Mask::template staged_bias_terms<false>(s, p, alibi, tw.diag(p), 1.f, row0, n0, lane,
-                                                                    tile, kPanel, warp * 16, bcast);
+      const bool h =
+          init ? Mask::template staged_bias_terms<true>(s, p, tw.w, tw.diag(p), 1.f / (p.scale * qk), row0, n0, lane,
+                                                        tile, kPanel, warp * 16, bcast)
+               : Mask::template staged_bias_terms<false>(s, p, tw.w, tw.diag(p), 1.f, row0, n0, lane, tile, kPanel,
+                                                         warp * 16, bcast);
       __syncwarp();
       if (lane == 0) mbar_arrive(sm.bias_empty(bst.stage, cw));
       bst.advance();
@@ -627,11 +619,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (!bias_init) return;
       if (staged_bias)
         staged(t, true);
-      else if (p.bias != nullptr)
+      else
         bias_from_global<kNTiles>(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), p.scale * qk, row0,
                                   t * Cfg::kBlockN, lane, true);
-      else
-        Mask::template alibi_only<true>(s, alibi, p, tw.diag(p), init_f, row0, t * Cfg::kBlockN, lane);
     };
     // Scores of key tile t -> probabilities (in s) and the O rescale factor.
     auto score = [&](int t) {
@@ -646,10 +636,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (biased && softcapped) {
         if (staged_bias)
           staged(t, false);
-        else if (p.bias != nullptr)
-          bias_from_global<kNTiles>(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), 1.f, row0, n0, lane, false);
         else
-          Mask::template alibi_only<false>(s, alibi, p, tw.diag(p), 1.f, row0, n0, lane);
+          bias_from_global<kNTiles>(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), 1.f, row0, n0, lane, false);
       }
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) {
         if constexpr (kServing) ScoreMask<1, kNTiles>::apply(s, p, tw.len_k(p), tw.diag(p), row0, n0, lane);
