@@ -902,19 +902,6 @@ struct Epilogue {
 // publishes it (and votes NonFiniteV). No conversion pass, no barrier
 // besides the two a 16-bit tile has.
 // ---------------------------------------------------------------------------
-// The bias terms with the elements loaded from global memory (a bias the
-// warps cannot stage, or one added after softcap; ScoreMask::init_bias /
-// add_bias), kept out of line: inlined beside the staged path they cost
-// the score-ops kernels spills; a call costs this path s's trip through
-// local memory.
-template <class Cfg, class W>
-__device__ __noinline__ void bias_from_global(float (&s)[Cfg::kMSlices][Cfg::kNTiles][4], const FwdParams& p,
-                                              const W& w, int row0, int n0, int lane, bool init) {
-  using Mask = ScoreMask<Cfg::kMSlices, Cfg::kNTiles>;
-  if (init) Mask::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), p.scale, row0, n0, lane);
-  else Mask::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0, n0, lane);
-}
-
 // kMode: the operand layout this instantiation reads (launch.h: SeqMode).
 // Dense problems read no metadata; ragged and seqused_k problems resolve
 // their sequence; paged ones also gather K/V through the block table, in
@@ -1182,7 +1169,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         cp_async_commit();
         cp_async_wait<2>();  // K[t] landed (V[t] and B[t+1] in flight) ...
       } else {
-        if (bias_init) bias_from_global<Cfg>(s, p, w, row0, t * Cfg::kBlockN, lane, true);
+        if (bias_init)
+          ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p),
+                                                            p.scale, row0, t * Cfg::kBlockN, lane);
         cp_async_wait<1>();  // K[t] landed (this thread's part) ...
       }
       __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
@@ -1235,7 +1224,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::softcap(s, kFp8Kv ? cap_in : p.softcap_in, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       edge = n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min;  // CTA-uniform
-      if (biased && softcapped) bias_from_global<Cfg>(s, p, w, row0, n0, lane, false);
+      if (biased && softcapped)
+        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0,
+                                                         n0, lane);
       if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
       sm.update(s, o, kFp8Kv ? score_log2 : p.score_log2);
     }
