@@ -297,19 +297,6 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
   }
 }
 
-// The bias terms with the elements loaded from global memory (a bias the
-// copy engine cannot stage; ScoreMask::init_bias / add_bias), kept out of
-// line: inlined beside the staged path, the score-ops kernel spilled 1.8
-// KB instead of 0.7 (ptxas, D=128); a call costs this rare path s's trip
-// through local memory.
-template <int kNTiles>
-__device__ __noinline__ void bias_from_global(float (&s)[1][kNTiles][4], const FwdParams& p, const WorkTile& w,
-                                              int rows, int seq_k, int64_t diag, float factor, int row0, int n0,
-                                              int lane, bool init) {
-  if (init) ScoreMask<1, kNTiles>::init_bias(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
-  else ScoreMask<1, kNTiles>::add_bias(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
-}
-
 // kOps: the score transforms this instantiation compiles (common/
 // fwd_params.h; the family builds kNone and kAll, whose softcap, bias, ALiBi
 // and descales each run under a run-time uniform branch); the plain path
@@ -620,8 +607,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (staged_bias)
         staged(t, true);
       else
-        bias_from_global<kNTiles>(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), p.scale * qk, row0,
-                                  t * Cfg::kBlockN, lane, true);
+        ScoreMask<1, kNTiles>::init_bias(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), p.scale * qk, row0,
+                                         t * Cfg::kBlockN, lane);
     };
     // Scores of key tile t -> probabilities (in s) and the O rescale factor.
     auto score = [&](int t) {
@@ -637,7 +624,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (staged_bias)
           staged(t, false);
         else
-          bias_from_global<kNTiles>(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), 1.f, row0, n0, lane, false);
+          ScoreMask<1, kNTiles>::add_bias(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), 1.f, row0, n0, lane);
       }
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) {
         if constexpr (kServing) ScoreMask<1, kNTiles>::apply(s, p, tw.len_k(p), tw.diag(p), row0, n0, lane);
