@@ -299,8 +299,12 @@ fmha_status check_bias(const fmha_tensor& t, const int64_t full[4], int64_t stri
   if (reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(esize) != 0)
     return fail(kInvalid, "bias.data=%p is not %d-byte aligned (%s elements)", t.data, static_cast<int>(esize),
                 dtype_name(t.dtype));
+  // The view is the tensor as declared (a broadcast dim of 1 holds its one
+  // element even when the problem reads none), so o and lse must keep clear
+  // of it whether or not the problem reads it; a bias with no element at all
+  // has no bytes.
   for (int d = 0; d < 4; ++d)
-    if (full[d] == 0) return FMHA_SUCCESS;  // no element is read
+    if (t.dims[d] == 0) return FMHA_SUCCESS;
   int64_t last = 0;
   for (int d = 0; d < 4; ++d) {
     int64_t term;
