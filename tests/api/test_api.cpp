@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_f32_problem.h"
+
 namespace {
 
 // A small valid F32 problem on the CPU with poisoned output.
@@ -42,12 +44,7 @@ struct Fixture {
   ~Fixture() { fmha_destroy(h); }
 
   static void view(fmha_tensor* t, float* data, int64_t heads) {
-    t->data = data;
-    t->dtype = FMHA_DTYPE_F32;
-    const int64_t dims[4] = {B, heads, N, D};
-    const int64_t strides[4] = {heads * N * D, N * D, D, 1};
-    std::memcpy(t->dims, dims, sizeof dims);
-    std::memcpy(t->strides, strides, sizeof strides);
+    fmha_api_test::CpuF32Problem::view(t, data, B, heads, N, D);
   }
   void poison() {
     for (float& e : o) e = std::nanf("");
