@@ -402,6 +402,30 @@ struct WarpQK {
   }
 };
 
+// P's A fragments of k16 step kk in the product's 16-bit type Pv: the
+// accumulator of S tiles 2kk and 2kk+1 packed to 16 bits. kk is a
+// compile-time index after the callers' unrolled loops (p lives in registers).
+template <class Pv, class Cfg>
+__device__ __forceinline__ void pack_p_step(const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], int kk,
+                                            uint32_t (&pf)[Cfg::kMSlices][4]) {
+#pragma unroll
+  for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+    for (int x = 0; x < 4; ++x)
+      pf[ms][x] = pack2<Pv>(p[ms][2 * kk + x / 2][2 * (x % 2)], p[ms][2 * kk + x / 2][2 * (x % 2) + 1]);
+}
+// The same step's 0/1 weights (1 where p != 0), for the guarded P V.
+template <class Pv, class Cfg>
+__device__ __forceinline__ void pack_p_weights(const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], int kk,
+                                               uint32_t (&pw)[Cfg::kMSlices][4]) {
+#pragma unroll
+  for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+    for (int x = 0; x < 4; ++x)
+      pw[ms][x] = pack2<Pv>(p[ms][2 * kk + x / 2][2 * (x % 2)] != 0.f ? 1.f : 0.f,
+                            p[ms][2 * kk + x / 2][2 * (x % 2) + 1] != 0.f ? 1.f : 0.f);
+}
+
 // ---------------------------------------------------------------------------
 // WarpPV: o += P V. The accumulator of S tiles 2k and 2k+1 (keys 16k..16k+15)
 // is exactly the A fragment of k16 step k once packed to 16 bits: rows l/4
@@ -416,13 +440,7 @@ struct WarpPV {
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
       uint32_t pf[Cfg::kMSlices][4];
-#pragma unroll
-      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
-        pf[ms][0] = pack2<T>(p[ms][2 * kk][0], p[ms][2 * kk][1]);
-        pf[ms][1] = pack2<T>(p[ms][2 * kk][2], p[ms][2 * kk][3]);
-        pf[ms][2] = pack2<T>(p[ms][2 * kk + 1][0], p[ms][2 * kk + 1][1]);
-        pf[ms][3] = pack2<T>(p[ms][2 * kk + 1][2], p[ms][2 * kk + 1][3]);
-      }
+      pack_p_step<T, Cfg>(p, kk, pf);
 #pragma unroll
       for (int dp = 0; dp < Cfg::kDTiles / 2; ++dp) {
         uint32_t vf[4];
@@ -479,22 +497,6 @@ struct NonFiniteV {
   }
 };
 
-// P's A fragments of k16 step kk in the product's 16-bit type Pv and, for
-// the guarded P V, its 0/1 weights (1 where p != 0). kk is a compile-time
-// index after the callers' unrolled loops (p lives in registers).
-template <class Pv, bool kWeights, class Cfg>
-__device__ __forceinline__ void pack_p_step(const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], int kk,
-                                            uint32_t (&pf)[Cfg::kMSlices][4], uint32_t (&pw)[Cfg::kMSlices][4]) {
-#pragma unroll
-  for (int ms = 0; ms < Cfg::kMSlices; ++ms)
-#pragma unroll
-    for (int x = 0; x < 4; ++x) {
-      const float p0 = p[ms][2 * kk + x / 2][2 * (x % 2)], p1 = p[ms][2 * kk + x / 2][2 * (x % 2) + 1];
-      pf[ms][x] = pack2<Pv>(p0, p1);
-      if constexpr (kWeights) pw[ms][x] = pack2<Pv>(p0 != 0.f ? 1.f : 0.f, p1 != 0.f ? 1.f : 0.f);
-    }
-}
-
 template <class T, class Cfg>
 __device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
                                 const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV,
@@ -505,7 +507,8 @@ __device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
 #pragma unroll  // p lives in registers: its indices must be compile-time
   for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
     uint32_t pf[Cfg::kMSlices][4], pw[Cfg::kMSlices][4];
-    pack_p_step<T, true, Cfg>(p, kk, pf, pw);
+    pack_p_step<T, Cfg>(p, kk, pf);
+    pack_p_weights<T, Cfg>(p, kk, pw);
 #pragma unroll
     for (int dp = 0; dp < Cfg::kDTiles / 2; ++dp) {
       uint32_t vf[4], vs[4], vb[4];
@@ -762,7 +765,8 @@ struct WarpPVFp8 {
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
       uint32_t pf[Cfg::kMSlices][4], pw[Cfg::kMSlices][4];
-      pack_p_step<Pv, kGuarded, Cfg>(p, kk, pf, pw);
+      pack_p_step<Pv, Cfg>(p, kk, pf);
+      if constexpr (kGuarded) pack_p_weights<Pv, Cfg>(p, kk, pw);
 #pragma unroll
       for (int cp = 0; cp < Cfg::kHeadDim / 32; ++cp) {
         uint32_t r[4];
