@@ -24,6 +24,23 @@ bool quick_mode();
 // 1 outside quick mode, else the stride over each case group.
 int quick_stride();
 
+// The automatic choice's explain text of the params a run is given (its
+// device pointers), taken through PreparedServingCase::run's edit hook (a
+// plain function pointer, hence the static state): set handle, pass
+// ExplainCapture::edit, read text.
+struct ExplainCapture {
+  static inline fmha_handle handle = nullptr;
+  static inline std::string text;
+  static void edit(fmha_forward_params* p) {
+    const char* forced = p->kernel;
+    p->kernel = nullptr;
+    char buf[4096];
+    fmha_forward_explain(handle, p, buf, sizeof buf);
+    text = buf;
+    p->kernel = forced;
+  }
+};
+
 // Names of the registered CUDA kernels ("cuda_*"), in registry order.
 std::vector<std::string> cuda_kernel_names();
 

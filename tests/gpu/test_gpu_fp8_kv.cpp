@@ -27,6 +27,8 @@
 #include "common/serving_case.h"
 #include "gpu/gpu_support.h"
 
+using Explain = fmha_gpu_test::ExplainCapture;
+
 namespace {
 
 using fmha_gpu_test::CudaBuffer;
@@ -51,18 +53,6 @@ ServingCase fp8_case(fmha_dtype q, fmha_dtype kv, int64_t hq, int64_t hk, int64_
   return c;
 }
 
-// The automatic choice's explain text of the params a run is given (its
-// device pointers), taken through PreparedServingCase::run's edit hook.
-fmha_handle g_explain_handle = nullptr;
-std::string g_explain;
-void capture_explain(fmha_forward_params* p) {
-  const char* forced = p->kernel;
-  p->kernel = nullptr;
-  char buf[4096];
-  fmha_forward_explain(g_explain_handle, p, buf, sizeof buf);
-  g_explain = buf;
-  p->kernel = forced;
-}
 
 // `c` on cuda_sm80_tc forced (for each split count) and on the automatic
 // choice.
@@ -361,7 +351,7 @@ TEST_CASE("sm80 FP8 K/V: what the family refuses names the reason") {
       {"descales with BF16 K/V", FMHA_DTYPE_BF16, FMHA_DTYPE_BF16, FMHA_DTYPE_BF16,
        "does not support descales with 16-bit K/V", nullptr},
   };
-  g_explain_handle = h.get();
+  Explain::handle = h.get();
   for (const Refusal& x : refusals) {
     CAPTURE(x.name);
     c.dtype = x.q;
@@ -370,8 +360,8 @@ TEST_CASE("sm80 FP8 K/V: what the family refuses names the reason") {
     const fmha_test::PreparedServingCase pc(c);
     fmha_test::RunOptions opt;
     opt.kernel = "cuda_sm80_tc";
-    g_explain.clear();
-    const fmha_test::CaseResult r = pc.run(h.get(), mem, opt, capture_explain);
+    Explain::text.clear();
+    const fmha_test::CaseResult r = pc.run(h.get(), mem, opt, Explain::edit);
     CHECK_MESSAGE(r.unsupported(), r.report());
     auto names = [&](const std::string& text, const std::string& prefix) {
       return text.find(prefix + x.reason) != std::string::npos ||
@@ -380,8 +370,8 @@ TEST_CASE("sm80 FP8 K/V: what the family refuses names the reason") {
     CHECK_MESSAGE(names(r.message, "cannot run this problem: "), r.message);
     // explain's automatic choice names sm80's reason, unless a kernel ranked
     // above it runs the problem first (cuda_sm90_ws runs 16-bit descales).
-    if (g_explain.find("chosen: cuda_sm90_ws") == std::string::npos)
-      CHECK_MESSAGE(names(g_explain, "passed over cuda_sm80_tc: "), g_explain);
+    if (Explain::text.find("chosen: cuda_sm90_ws") == std::string::npos)
+      CHECK_MESSAGE(names(Explain::text, "passed over cuda_sm80_tc: "), Explain::text);
   }
-  g_explain_handle = nullptr;
+  Explain::handle = nullptr;
 }

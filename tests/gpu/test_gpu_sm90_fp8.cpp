@@ -23,6 +23,8 @@
 #include "common/tolerance.h"
 #include "gpu/gpu_support.h"
 
+using Explain = fmha_gpu_test::ExplainCapture;
+
 namespace {
 
 using fmha_gpu_test::CudaMemory;
@@ -149,19 +151,6 @@ TEST_CASE("sm90 FP8: e4m3 q/k/v, V transposed, against the float64 reference (fo
   CHECK(ran >= 3 * 10);
 }
 
-namespace {
-fmha_handle g_handle = nullptr;
-std::string g_explain;
-void capture_explain(fmha_forward_params* p) {
-  const char* forced = p->kernel;
-  p->kernel = nullptr;
-  char buf[4096];
-  fmha_forward_explain(g_handle, p, buf, sizeof buf);
-  g_explain = buf;
-  p->kernel = forced;
-}
-}  // namespace
-
 TEST_CASE("sm90 FP8: what the FP8 kernel declines is UNSUPPORTED with the reason, and cuda_generic runs it") {
   if (!on_sm90()) {
     MESSAGE("not compute capability 9.0: cuda_sm90_ws does not run here");
@@ -170,7 +159,7 @@ TEST_CASE("sm90 FP8: what the FP8 kernel declines is UNSUPPORTED with the reason
   GpuHandle h;
   REQUIRE(h.status() == FMHA_SUCCESS);
   CudaMemory mem;
-  g_handle = h.get();
+  Explain::handle = h.get();
   constexpr fmha_dtype E4M3 = FMHA_DTYPE_F8E4M3;
   struct Refusal {
     const char* name;
@@ -211,17 +200,17 @@ TEST_CASE("sm90 FP8: what the FP8 kernel declines is UNSUPPORTED with the reason
     const fmha_test::PreparedServingCase pc(x.c);
     fmha_test::RunOptions opt;
     opt.kernel = kSm90;
-    g_explain.clear();
-    const fmha_test::CaseResult r = pc.run(h.get(), mem, opt, capture_explain);
+    Explain::text.clear();
+    const fmha_test::CaseResult r = pc.run(h.get(), mem, opt, Explain::edit);
     CHECK_MESSAGE(r.unsupported(), r.report());
     CHECK_MESSAGE(r.message.find(x.reason) != std::string::npos, r.message);
-    CHECK_MESSAGE(g_explain.find("passed over cuda_sm90_ws") != std::string::npos, g_explain);
+    CHECK_MESSAGE(Explain::text.find("passed over cuda_sm90_ws") != std::string::npos, Explain::text);
     // Some other kernel runs it (cuda_generic: any layout, FP8, bias).
     fmha_test::RunOptions automatic;
     const fmha_test::CaseResult a = with_fp8_p(pc.run(h.get(), mem, automatic));
     CHECK_MESSAGE(a.ok(), "automatic\n" << a.report());
   }
-  g_handle = nullptr;
+  Explain::handle = nullptr;
 }
 
 TEST_CASE("sm90 FP8: a NaN in V reaches exactly the rows that see its key (fmha.h's NaN rule)") {
