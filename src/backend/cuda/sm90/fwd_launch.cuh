@@ -79,13 +79,9 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
   static SmemOptIn opt_in;  // one per instantiation, i.e. per kernel
   s = opt_in.ensure(reinterpret_cast<const void*>(kernel), kSmem, a.device, "cuda_sm90_ws forward");
   if (s != FMHA_SUCCESS) return s;
-  // One CTA per work tile, or a persistent grid of one CTA per SM whose
-  // CTAs take tiles past the first from a counter (tile_config.h says which
-  // is faster); the counter starts at 0 in the stream's order (graph-safe).
-  const int64_t grid = Cfg::kPersistent && a.blocks > a.num_sms ? a.num_sms : a.blocks;
-  if (Cfg::kPersistent && cudaMemsetAsync(a.tile_counter, 0, sizeof(int), a.stream) != cudaSuccess)
-    return check_launch("cuda_sm90_ws tile counter reset");
-  kernel<<<static_cast<unsigned>(grid), Cfg::kThreads, kSmem, a.stream>>>(f, maps, a.tile_counter);
+  unsigned grid = 0;
+  if ((s = work_grid(Cfg::kPersistent, a, &grid)) != FMHA_SUCCESS) return s;
+  kernel<<<grid, Cfg::kThreads, kSmem, a.stream>>>(f, maps, a.tile_counter);
   return check_launch("cuda_sm90_ws forward");
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backend/cuda/common/fwd_params.h"
+#include "backend/cuda/cuda_device.h"
 #include "backend/cuda/sm90/instances.h"  // generated: the instantiations
 #include "fmha/fmha.h"
 
@@ -27,6 +28,17 @@ struct LaunchArgs {
   int device;              // the current device ordinal
   cudaStream_t stream;
 };
+
+// The grid of a launch: one CTA per work tile, or (persistent) one CTA per
+// SM whose CTAs take tiles past the first from a counter (tile_config.h says
+// which is faster); the counter is reset to 0 in the stream's order
+// (graph-safe).
+inline fmha_status work_grid(bool persistent, const LaunchArgs& a, unsigned* grid) {
+  *grid = static_cast<unsigned>(persistent && a.blocks > a.num_sms ? a.num_sms : a.blocks);
+  if (persistent && cudaMemsetAsync(a.tile_counter, 0, sizeof(int), a.stream) != cudaSuccess)
+    return check_launch("cuda_sm90_ws tile counter reset");
+  return FMHA_SUCCESS;
+}
 
 template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a);
