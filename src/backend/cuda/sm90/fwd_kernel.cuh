@@ -479,7 +479,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // 8 (i / 2) + 2 (l % 4) + {0, 1} in pf[kk][i]; key by key (a rolled loop,
   // so this rare path stays small beside the hot one), the quad's lane that
   // holds the key hands its weights around, and each lane adds to its own O
-  // columns. No wgmma may be writing o.
+  // columns. No wgmma may be writing o. It ends on the warpgroup's vote
+  // barrier: the stage is released by the leader alone (one arrival per
+  // warpgroup), and these are plain shared-memory reads by every thread,
+  // which a wgmma_wait does not cover; without the barrier the producer
+  // refilled the stage with a later V tile while other warps still read it
+  // (wrong O, or inf from that tile's own non-finite rows).
   auto pv_guarded = [&](int stage) {
     const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(stage)));
     const int c = lane % 4;
@@ -514,6 +519,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
     }
+    named_sync(kVote + cw, 128);  // every warp's reads of the stage before its release
   };
   // Whether P V of key tile t (in stage `ps`) must take pv_guarded. Under
   // a bias tensor any tile may have a hidden key (a -inf entry): a staged
