@@ -47,11 +47,8 @@ STEP_PATTERN='ERROR:|\[doctest\] (test cases|assertions)|cases;|error'
 note "sm90bias.sh STAGE=$stage $(date -u '+%Y-%m-%d %H:%M UTC'), commit" \
   "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 
-configure() {  # src build sm90-list sm80-list
-  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF \
-    -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real \
-    "-DFMHA_SM90_INSTANCES=$3" "-DFMHA_SM80_INSTANCES=$4"
-}
+cmake_args=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF
+  -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real)
 
 if [ "$stage" != run ]; then
   # The "main" tree: this one without its build folders, the patch applied.
@@ -61,8 +58,10 @@ if [ "$stage" != run ]; then
     note "patch failed"
     exit 1
   }
-  step configure "$out/build_a.log" configure "$root" "$bdir" "f16:128;bf16:128;e4m3:128" "f16:128;bf16:128" || exit 1
-  step configure-main "$out/build_b.log" configure "$mroot/src" "$mroot/build" "f16:128" "f16:128" || exit 1
+  step configure "$out/build_a.log" cmake -S "$root" -B "$bdir" "${cmake_args[@]}" \
+    "-DFMHA_SM90_INSTANCES=f16:128;bf16:128;e4m3:128" "-DFMHA_SM80_INSTANCES=f16:128;bf16:128" || exit 1
+  step configure-main "$out/build_b.log" cmake -S "$mroot/src" -B "$mroot/build" "${cmake_args[@]}" \
+    "-DFMHA_SM90_INSTANCES=f16:128" "-DFMHA_SM80_INSTANCES=f16:128" || exit 1
   # Both builds at once (the main one is small), each with half the jobs.
   half=$(((jobs + 1) / 2))
   cmake --build "$bdir" -j"$half" --target fmha test_gpu bench_cuda >"$out/build_a2.log" 2>&1 &
