@@ -346,10 +346,15 @@ TEST_CASE("bias staged by the copy engine and by global loads: strides, broadcas
     bool hidden;
   };
   constexpr Extra kExtras[] = {
-      {BF16, 264, {BiasPattern::kFull, F16}, 0, true},       {BF16, 261, {BiasPattern::kFull, BF16}, 0, true},
-      {BF16, 1000, {BiasPattern::kKeyPadding, F16}, 1, true}, {BF16, 1000, {BiasPattern::kFull, F32}, 0, true},
-      {F16, 264, {BiasPattern::kFull, F16}, 0, false},       {F16, 1000, {BiasPattern::kKeyPadding, F16}, 1, false},
-      {F16, 2048, {BiasPattern::kFull, F16}, 0, true},        {BF16, 2048, {BiasPattern::kMask, BF16}, 1, true},
+      {BF16, 264, {BiasPattern::kFull, F16}, 0, true},  // staged
+      {BF16, 261, {BiasPattern::kFull, BF16}, 0, true},  // loaded
+      {BF16, 1000, {BiasPattern::kKeyPadding, F16}, 1, true},
+      {BF16, 1000, {BiasPattern::kFull, F32}, 0, true},
+      {F16, 264, {BiasPattern::kFull, F16}, 0, false},
+      {F16, 261, {BiasPattern::kFull, BF16}, 0, false},
+      {F16, 1000, {BiasPattern::kKeyPadding, F16}, 1, false},
+      {F16, 2048, {BiasPattern::kFull, F16}, 0, true},
+      {BF16, 2048, {BiasPattern::kMask, BF16}, 1, true},
       {F16, 2048, {BiasPattern::kFull, F32}, 0, true},
   };
   for (const Extra& e : kExtras) {

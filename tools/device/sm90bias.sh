@@ -15,7 +15,8 @@
 #             families forced and automatic: staged and loaded bias, hidden
 #             keys over NaN/inf V, BF16 q hidden, F16 q not hidden, Nk=2048
 #             with one split; negative k descales) and "sm90 FP8*" (its
-#             guarded P V got the same barrier), tests.log
+#             guarded P V got the same barrier) and "a NaN in V*" (the plain
+#             kernels' guarded P V), tests.log
 #          2. the staged/loaded test twice more (the fixed bug was a race)
 #          3. bench_cuda --suite bias --n 8192 --kernels cuda_sm90_ws, this
 #             tree and main interleaved, 2 rounds each, bench.log
@@ -78,7 +79,7 @@ fi
 
 test_gpu="$bdir/tests/test_gpu"
 STEP_TIMEOUT=150
-step tests "$out/tests.log" "$test_gpu" -tc="*bias*,*ALiBi*,sm90 FP8*" || status=1
+step tests "$out/tests.log" "$test_gpu" -tc="*bias*,*ALiBi*,sm90 FP8*,a NaN in V*" || status=1
 for i in 2 3; do
   step "staged-$i" "$out/tests_rep.log" "$test_gpu" -tc="bias staged*" || status=1
   cat "$out/tests_rep.log" >>"$out/tests.log" && rm -f "$out/tests_rep.log"
