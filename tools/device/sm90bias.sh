@@ -5,12 +5,14 @@
 # configures and builds only, STAGE=run runs what it built, unset: both.
 # Builds with -j${JOBS:-16}.
 #
-#   build  this tree: fmha, test_gpu, bench_cuda (90-real; sm90 f16:128,
-#          bf16:128, e4m3:128; sm80 f16:128, bf16:128); and "main": a copy
-#          of this tree with tools/device/sm90bias_main.patch applied (main
-#          ce188cf's sm90/fwd_kernel.cuh: no barrier after the guarded P V,
-#          the per-tile +-1 multiply), fmha and bench_cuda only (sm90
-#          f16:128, sm80 f16:128). build.log ends with the C7514 count.
+#   build  this tree: fmha, test_gpu, bench_cuda (90-real; sm90 f16:64,
+#          f16:128, bf16:64, bf16:128, e4m3:128; sm80 f16:128, bf16:128);
+#          and "main": a copy of this tree with tools/device/
+#          sm90bias_main.patch applied (main ce188cf's src/backend/cuda/sm90:
+#          no barrier after the guarded P V, the per-tile +-1 multiply, the
+#          D=64 score-ops kernel on 3 consumers), fmha and bench_cuda only
+#          (sm90 f16:64, f16:128, sm80 f16:128). build.log ends with the
+#          C7514 count.
 #   run    1. test_gpu -tc="*bias*,*ALiBi*" (bias/ALiBi/descales on both
 #             families forced and automatic: staged and loaded bias, hidden
 #             keys over NaN/inf V, BF16 q hidden, F16 q not hidden, Nk=2048
@@ -19,14 +21,17 @@
 #             kernels' guarded P V), tests.log
 #          2. the staged/loaded test twice more (the fixed bug was a race)
 #          3. bench_cuda --suite bias --n 8192 --kernels cuda_sm90_ws, this
-#             tree and main interleaved, 2 rounds each, bench.log
+#             tree and main interleaved, 2 rounds each at D=128 and one at
+#             D=64 (--d 64), bench.log
 #
 # What it should show: every test step rc=0 with "0 failed" (main failed 13
 # assertions of "bias staged ..." at the session's start, all cuda_sm90_ws
 # hidden-key cases); C7514 0 in both builds; in the bench table
 # ("descales=1 / none" is the score-ops kernel with nothing to do) this
 # tree back at the checkpoint's 1.22-1.24 (main 1.66-1.81), bias / none at
-# ~1.60-1.66 (main 2.05-2.17), ALiBi ~1.38-1.42 (main 1.91-1.99).
+# ~1.60-1.66 (main 2.05-2.17), ALiBi ~1.38-1.42 (main 1.91-1.99). D=64
+# rows: this tree's score-ops columns lower than main's (2 consumers
+# without spills against 3 that spill 9-12 KB; not measured before).
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out=${OUT:-$root/sm90bias-out}
@@ -60,9 +65,9 @@ if [ "$stage" != run ]; then
     exit 1
   }
   step configure "$out/build_a.log" cmake -S "$root" -B "$bdir" "${cmake_args[@]}" \
-    "-DFMHA_SM90_INSTANCES=f16:128;bf16:128;e4m3:128" "-DFMHA_SM80_INSTANCES=f16:128;bf16:128" || exit 1
+    "-DFMHA_SM90_INSTANCES=f16:64;f16:128;bf16:64;bf16:128;e4m3:128" "-DFMHA_SM80_INSTANCES=f16:128;bf16:128" || exit 1
   step configure-main "$out/build_b.log" cmake -S "$mroot/src" -B "$mroot/build" "${cmake_args[@]}" \
-    "-DFMHA_SM90_INSTANCES=f16:128" "-DFMHA_SM80_INSTANCES=f16:128" || exit 1
+    "-DFMHA_SM90_INSTANCES=f16:64;f16:128" "-DFMHA_SM80_INSTANCES=f16:128" || exit 1
   # Both builds at once (the main one is small), each with half the jobs.
   half=$(((jobs + 1) / 2))
   cmake --build "$bdir" -j"$half" --target fmha test_gpu bench_cuda >"$out/build_a2.log" 2>&1 &
@@ -91,13 +96,16 @@ STEP_TIMEOUT=90
 STEP_PATTERN='^\| FP16'
 STEP_LINES=2
 : >"$out/bench.log"
-for round in 1 2; do
+for round in 1 2 d64; do
+  d=128
+  [ "$round" = d64 ] && d=64
   for which in this main; do
     b=$bench
     [ "$which" = main ] && b=$bench_main
     [ -n "$b" ] || { note "bench-$which: no bench_cuda"; status=1; continue; }
     note "bench round $round, $which:"
-    step "bench-$which-$round" "$out/bench_round.log" "$b" --suite bias --n 8192 --kernels cuda_sm90_ws || status=1
+    step "bench-$which-$round" "$out/bench_round.log" "$b" --suite bias --n 8192 --d "$d" --kernels cuda_sm90_ws ||
+      status=1
     cat "$out/bench_round.log" >>"$out/bench.log" && rm -f "$out/bench_round.log"
   done
 done
