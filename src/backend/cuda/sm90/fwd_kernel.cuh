@@ -427,9 +427,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_commit();
   };
   // Q of this consumer's 64 rows negated in place (score-ops kernels, a
-  // negative q/k descale: `flip` in the tile loop): every 16-bit element's sign bit,
-  // whatever the swizzle, then made visible to the copy engine's and
-  // wgmma's proxy before the warpgroup's first Q K^T of the tile.
+  // negative q/k descale: `flip` in the tile loop): every 16-bit element's
+  // sign bit, whatever the swizzle; then a fence to the async proxy (wgmma
+  // reads its shared operands there) and the warpgroup's barrier before its
+  // first Q K^T of the tile.
   auto flip_q = [&] {
 #pragma unroll
     for (int pn = 0; pn < Cfg::kPanels; ++pn) {
@@ -604,9 +605,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // tile in shared memory once per work tile (flip_q), so Q K^T comes out
     // negated and the key loop does nothing for it. (A multiply by +-1 of
     // every score tile instead cost 64 FMULs per tile and made ptxas spill
-    // 26 of the scores around the softmax every tile: descales=1 / none
-    // 1.66-1.81 against 1.22-1.24 without it; a branch around a negation
-    // there made ptxas serialize every wgmma of the kernel, C7514.)
+    // 22 of the scores around the softmax on every tile: descales=1 / none
+    // 1.66-1.81 on the H200 against 1.22-1.24 without it; a branch around a
+    // negation there made ptxas serialize every wgmma of the kernel, C7514.)
     const bool flip = kAllOps && !softcapped && qk < 0.f;
     const float c = (!kAllOps || softcapped) ? p.score_log2 : p.score_log2 * fabsf(qk);
     // The bias terms' divisor: the score factor's magnitude, so they add to
