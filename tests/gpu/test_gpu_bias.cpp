@@ -327,6 +327,46 @@ TEST_CASE("bias staged by the copy engine and by global loads: strides, broadcas
     c.hidden_nonfinite_v = true;
     cases.push_back(c);
   }
+  // The loop above ties "hidden" to an F16 q (both follow n % 2), so a
+  // failure there cannot say which of the two it is: BF16 q with hidden
+  // keys and F16 q without, on the staged (Nk 264, 1000) and the loaded
+  // (Nk 261; F32) bias. And many key tiles (Nk 2048: 16 tiles of 128 keys,
+  // a hidden key in each) so one split runs the key loop's steady state
+  // with the guarded P V on every tile, where cuda_sm90_ws once released
+  // the V stage before the other warps had read it (the guard's shared
+  // reads end on a warpgroup barrier now). A key hidden on the plain path
+  // (no bias, no score ops) has no case by design: only a bias can hide a
+  // key from every row; without one a key is hidden by the mask or the
+  // sequence length alone, which test_gpu_large.cpp's NaN test covers.
+  struct Extra {
+    fmha_dtype q;
+    int64_t nk;
+    BiasSpec bias;
+    int mask;
+    bool hidden;
+  };
+  constexpr Extra kExtras[] = {
+      {BF16, 264, {BiasPattern::kFull, F16}, 0, true},  // staged
+      {BF16, 261, {BiasPattern::kFull, BF16}, 0, true},  // loaded
+      {BF16, 1000, {BiasPattern::kKeyPadding, F16}, 1, true},
+      {BF16, 1000, {BiasPattern::kFull, F32}, 0, true},
+      {F16, 264, {BiasPattern::kFull, F16}, 0, false},
+      {F16, 261, {BiasPattern::kFull, BF16}, 0, false},
+      {F16, 1000, {BiasPattern::kKeyPadding, F16}, 1, false},
+      {F16, 2048, {BiasPattern::kFull, F16}, 0, true},
+      {BF16, 2048, {BiasPattern::kMask, BF16}, 1, true},
+      {F16, 2048, {BiasPattern::kFull, F32}, 0, true},
+  };
+  for (const Extra& e : kExtras) {
+    const int64_t nq = e.nk < 1000 ? 200 : 300;
+    ServingCase c = make(e.q, 4, 2, 128, {nq, nq}, {e.nk, e.nk});
+    set_mask(&c, kMasks[e.mask]);
+    c.bias = e.bias.pattern;
+    c.bias_dtype = e.bias.dtype;
+    c.alibi = e.nk == 2048 ? 1 : 0;
+    c.hidden_nonfinite_v = e.hidden;
+    cases.push_back(c);
+  }
   // Decode (the GQA group packed into one sm80 unit: each staged row its own head).
   for (int64_t nq : {1, 3}) {
     ServingCase c = make(nq == 1 ? F16 : BF16, 8, 2, 128, {nq, nq}, {1024, 1024});

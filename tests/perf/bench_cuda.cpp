@@ -21,8 +21,8 @@
 // causal prefill against a dense batch, in TFLOP/s; cuda_sm80_tc unless
 // --kernels names others; with --splits n only the decode cases, each at
 // num_splits n), bias (issue 14: the cost of an additive bias
-// [1, 1, N, N] F16 and of ALiBi [H] slopes over none, FP16 B=1 H=32 D=128,
-// causal and not, N=8192 unless --n; the three variants interleaved in
+// [1, 1, N, N] F16 and of ALiBi [H] slopes over none, FP16 B=1 H=32 D=128
+// unless --d, causal and not, N=8192 unless --n; the three variants interleaved in
 // rounds, each kernel that runs them; softcap 30 rides along), fp8kv
 // (issue 14: BF16-q decode over an FP8 KV cache in TB/s against the copy
 // bandwidth and against BF16 K/V; cuda_sm80_tc unless --kernels names
@@ -978,7 +978,7 @@ int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::strin
 // bias and ALiBi together, and the same bias through the global-load path
 // (rows N + 1 elements apart, which the copy engine cannot address).
 int run_bias(fmha_handle h, cudaStream_t stream, const std::vector<std::string>& kernels, std::vector<int64_t> ns,
-             double group_ms, size_t l2_bytes) {
+             double group_ms, size_t l2_bytes, int64_t d) {
   if (ns.empty()) ns = {8192};
   constexpr int kRounds = 5;
   int failures = 0;
@@ -989,7 +989,7 @@ int run_bias(fmha_handle h, cudaStream_t stream, const std::vector<std::string>&
   std::vector<std::string> lines;
   for (int64_t n : ns)
     for (uint32_t mask : {uint32_t{FMHA_MASK_NONE}, uint32_t{FMHA_MASK_CAUSAL}}) {
-      Case c = mk("bias", FMHA_DTYPE_F16, 1, 32, 32, n, n, 128, mask);
+      Case c = mk("bias", FMHA_DTYPE_F16, 1, 32, 32, n, n, d, mask);
       DeviceProblem dp(c, l2_bytes, false);
       void* bias = nullptr;
       CUDA_OK(cudaMalloc(&bias, static_cast<size_t>(n * (n + 1)) * 2));
@@ -1063,8 +1063,8 @@ int run_bias(fmha_handle h, cudaStream_t stream, const std::vector<std::string>&
         }
         char line[256];
         std::snprintf(line, sizeof line,
-                      "| FP16 B1 H32 D128 N%lld %s | %s | %.4f | %.4f | %.3f | %.4f | %.3f | %.3f | %.3f | %.3f | %.3f |",
-                      (long long)n, mask_str(c).c_str(), kn.c_str(), med[0], med[1], med[1] / med[0], med[2],
+                      "| FP16 B1 H32 D%lld N%lld %s | %s | %.4f | %.4f | %.3f | %.4f | %.3f | %.3f | %.3f | %.3f | %.3f |",
+                      (long long)d, (long long)n, mask_str(c).c_str(), kn.c_str(), med[0], med[1], med[1] / med[0], med[2],
                       med[2] / med[0], med[3] / med[0], med[4] / med[0], med[5] / med[0], med[6] / med[0]);
         std::printf("%s\n", line);
         std::fflush(stdout);
@@ -1289,6 +1289,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> suites = {"check", "seed", "bf16", "noncausal", "d64", "gqa", "decode"};
   std::vector<std::string> want_kernels;
   std::vector<int64_t> ns;
+  int64_t bias_d = 128;  // --d: the bias suite's head dim
   int splits_override = -1;
   bool no_check = false, check_all = false;
   double group_ms = 20;
@@ -1308,13 +1309,14 @@ int main(int argc, char** argv) {
     else if (a == "--n") {
       for (const std::string& s : split_list(next())) ns.push_back(std::atoll(s.c_str()));
     } else if (a == "--splits") splits_override = std::atoi(next());
+    else if (a == "--d") bias_d = std::atoll(next());
     else if (a == "--no-check") no_check = true;
     else if (a == "--check-all") check_all = true;
     else if (a == "--group-ms") group_ms = std::atof(next());
     else {
       std::fprintf(stderr,
                    "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,dims,gqa,decode,large,serving,bias,fp8kv,fp8|all] "
-                   "[--kernels a,b] [--n 2048,8192] [--splits n] [--no-check] [--check-all] [--group-ms x]\n");
+                   "[--kernels a,b] [--n 2048,8192] [--d 128] [--splits n] [--no-check] [--check-all] [--group-ms x]\n");
       return 2;
     }
   }
@@ -1469,7 +1471,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> bk;
     for (const std::string& k : kernels)
       if (!want_kernels.empty() || k == "cuda_sm80_tc" || k == "cuda_sm90_ws") bk.push_back(k);
-    failures += run_bias(h, stream, bk, ns, group_ms, prop.l2CacheSize);
+    failures += run_bias(h, stream, bk, ns, group_ms, prop.l2CacheSize, bias_d);
   }
   if (fp8kv) {
     std::vector<std::string> sk;

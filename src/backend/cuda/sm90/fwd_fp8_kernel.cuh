@@ -359,7 +359,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // j % 4 of pf[kb][2 h] (row g) and pf[kb][2 h + 1] (row g + 8), h =
   // (j % 32) / 16, of quad lane (j % 16) / 4 (pack_p_fp8's A layout); key
   // by key the holder hands its weights around and each lane adds to its
-  // own O columns. No wgmma may be writing o.
+  // own O columns. No wgmma may be writing o. It ends on the vote barrier:
+  // the leader alone releases the stage, after plain reads by every thread
+  // (fwd_kernel.cuh's pv_guarded).
   auto pv_guarded = [&](int stage) {
     const unsigned char* vt = sm.v(stage);
     const int c = lane % 4;
@@ -398,6 +400,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (w1 != 0.f) o[0][dt][2 + e] = fmaf(w1, v, o[0][dt][2 + e]);
         }
     }
+    named_sync(kVote + cw, 128);  // every warp's reads of the stage before its release
   };
   auto needs_guard = [&](const TileWork<Cfg, false>& tw, int t, const PipeState<Cfg::kStages>& ps) {
     const int n0 = t * Cfg::kBlockN;

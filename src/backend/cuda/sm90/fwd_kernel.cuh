@@ -426,6 +426,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) MmaRs<T, D, 1>::run(o_flat, pf[kk], desc_advance(dv, kk * 16 * 128), 1u);
     wgmma_commit();
   };
+  // Q of this consumer's 64 rows negated in place (score-ops kernels, a
+  // negative q/k descale: `flip` in the tile loop): every 16-bit element's
+  // sign bit, whatever the swizzle; then a fence to the async proxy (wgmma
+  // reads its shared operands there) and the warpgroup's barrier before its
+  // first Q K^T of the tile.
+  auto flip_q = [&] {
+#pragma unroll
+    for (int pn = 0; pn < Cfg::kPanels; ++pn) {
+      uint4* rows = reinterpret_cast<uint4*>(SmemLayout<Cfg>::rows(sm.q(), cw, pn));
+#pragma unroll
+      for (int i = tid; i < 64 * 128 / 16; i += 128) {
+        uint4 x = rows[i];
+        x.x ^= 0x80008000u;
+        x.y ^= 0x80008000u;
+        x.z ^= 0x80008000u;
+        x.w ^= 0x80008000u;
+        rows[i] = x;
+      }
+    }
+    ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);  // generic writes -> wgmma's reads
+    named_sync(1 + cw, 128);
+  };
   auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
@@ -479,7 +501,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // 8 (i / 2) + 2 (l % 4) + {0, 1} in pf[kk][i]; key by key (a rolled loop,
   // so this rare path stays small beside the hot one), the quad's lane that
   // holds the key hands its weights around, and each lane adds to its own O
-  // columns. No wgmma may be writing o.
+  // columns. No wgmma may be writing o. It ends on the warpgroup's vote
+  // barrier: the stage is released by the leader alone (one arrival per
+  // warpgroup), and these are plain shared-memory reads by every thread,
+  // which a wgmma_wait does not cover; without the barrier the producer
+  // refilled the stage with a later V tile while other warps still read it
+  // (wrong O, or inf from that tile's own non-finite rows).
   auto pv_guarded = [&](int stage) {
     const uint32_t v_base = static_cast<uint32_t>(__cvta_generic_to_shared(sm.v(stage)));
     const int c = lane % 4;
@@ -514,6 +541,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
     }
+    named_sync(kVote + cw, 128);  // every warp's reads of the stage before its release
   };
   // Whether P V of key tile t (in stage `ps`) must take pv_guarded. Under
   // a bias tensor any tile may have a hidden key (a -inf entry): a staged
@@ -573,11 +601,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const bool bias_init = biased && !softcapped;
     // A negative q_descale * k_descale flips the scores' sign instead, so the
     // running max stays a max (as in cuda_sm80_tc; softcap takes the signed
-    // factor in its input scale). A multiply by +-1 on every score-ops tile:
-    // a branch around a negation there made ptxas serialize every wgmma of
-    // the kernel (C7514; 3-4x slower on the H200).
-    const float sign = kAllOps && !softcapped && qk < 0.f ? -1.f : 1.f;
+    // factor in its input scale): the consumer negates its rows of the Q
+    // tile in shared memory once per work tile (flip_q), so Q K^T comes out
+    // negated and the key loop does nothing for it. (A multiply by +-1 of
+    // every score tile instead cost 64 FMULs per tile and made ptxas spill
+    // 22 of the scores around the softmax on every tile: descales=1 / none
+    // 1.66-1.81 on the H200 against 1.22-1.24 without it; a branch around a
+    // negation there made ptxas serialize every wgmma of the kernel, C7514.)
+    const bool flip = kAllOps && !softcapped && qk < 0.f;
     const float c = (!kAllOps || softcapped) ? p.score_log2 : p.score_log2 * fabsf(qk);
+    // The bias terms' divisor: the score factor's magnitude, so they add to
+    // the (possibly negated) Q K^T in the same units.
+    const float bias_div = p.scale * fabsf(qk);
     s_init = bias_init ? 1u : 0u;
     // Key tile t's bias tile from the ring into s (init: as Q K^T's
     // starting value, divided by the score factor; else added after
@@ -591,8 +626,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       using Mask = ScoreMask<1, kNTiles>;
       constexpr int kPanel = 64 * 128;  // a 64-key panel of the consumer's 64 rows
       const bool h =
-          init ? Mask::template staged_bias_terms<true>(s, p, tw.w, tw.diag(p), 1.f / (p.scale * qk), row0, n0, lane,
-                                                        tile, kPanel, warp * 16, bcast)
+          init ? Mask::template staged_bias_terms<true>(s, p, tw.w, tw.diag(p), 1.f / bias_div, row0, n0, lane, tile,
+                                                        kPanel, warp * 16, bcast)
                : Mask::template staged_bias_terms<false>(s, p, tw.w, tw.diag(p), 1.f, row0, n0, lane, tile, kPanel,
                                                          warp * 16, bcast);
       __syncwarp();
@@ -607,17 +642,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (staged_bias)
         staged(t, true);
       else
-        ScoreMask<1, kNTiles>::init_bias(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), p.scale * qk, row0,
+        ScoreMask<1, kNTiles>::init_bias(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), bias_div, row0,
                                          t * Cfg::kBlockN, lane);
     };
     // Scores of key tile t -> probabilities (in s) and the O rescale factor.
     auto score = [&](int t) {
       fence_operands(s_flat);
-      if constexpr (kAllOps)
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[0][nt][e] *= sign;
       if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       if (biased && softcapped) {
@@ -645,6 +675,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       release_q();
     }
     constexpr bool kReleaseQAfterQk = Cfg::kSeparateO && !kQInRegs;
+    if constexpr (kAllOps)
+      if (flip && t_begin < t_end) flip_q();
 
     if (t_begin < t_end) {
       // The last consumer lets consumer 0 go first; it skips its last pass

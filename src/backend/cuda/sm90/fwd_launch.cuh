@@ -88,6 +88,7 @@ fmha_status launch_fwd_kernel(const FwdParams& f, const LaunchArgs& a) {
 template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   using Cfg = typename Sm90Tuning<kHeadDim>::Config;
+  using OpsCfg = typename Sm90ScoreOpsTuning<kHeadDim>::Config;
   // The plain kernels, one per layout (the dense one reads no metadata and
   // runs no score transform), and one kAll kernel for every problem with a
   // score transform: the serving one, since without metadata its TileWork
@@ -95,7 +96,7 @@ fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   // softcap-only kernel of its own measured no faster (H200, FP16 D=128
   // N=8192, softcap / none 1.50 / 1.44 against 1.53 / 1.55 in kAll).
   const fmha_status s =
-      a.ops != ScoreOps::kNone ? launch_fwd_kernel<T, Cfg, ScoreOps::kAll, true>(f, a)
+      a.ops != ScoreOps::kNone ? launch_fwd_kernel<T, OpsCfg, ScoreOps::kAll, true>(f, a)
       : f.layout.any()         ? launch_fwd_kernel<T, Cfg, ScoreOps::kNone, true>(f, a)
                                : launch_fwd_kernel<T, Cfg, ScoreOps::kNone, false>(f, a);
   if (s != FMHA_SUCCESS || f.num_splits == 1) return s;

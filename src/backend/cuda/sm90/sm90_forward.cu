@@ -77,8 +77,13 @@ bool instantiated(const Problem& p) {
          dispatch_fp8_instance(p.dtype, p.head_dim, [](auto, auto) {});
 }
 
+// Whether p runs the 16-bit score-ops kernel: every problem with a score
+// transform, softcap alone included (fwd_launch.cuh's launch_fwd).
+bool runs_score_ops_kernel(const Problem& p) { return score_ops_of(p) != ScoreOps::kNone; }
+
 // Calls fn(Cfg{}) with the tile config of p's kernel: FP8 q (all FP8 q/k/v,
-// sm90_supports) reads Sm90Fp8Tuning, 16-bit Sm90Tuning.
+// sm90_supports) reads Sm90Fp8Tuning, 16-bit Sm90Tuning (the score-ops
+// kernel Sm90ScoreOpsTuning).
 template <class Fn>
 bool dispatch_config(const Problem& p, Fn&& fn) {
   if (is_fp8(p.dtype))
@@ -86,7 +91,11 @@ bool dispatch_config(const Problem& p, Fn&& fn) {
       sm90::with_fp8_config<decltype(head_dim)::value>(fn);
     });
   return dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    fn(typename sm90::Sm90Tuning<decltype(head_dim)::value>::Config{});
+    constexpr int kD = decltype(head_dim)::value;
+    if (runs_score_ops_kernel(p))
+      fn(typename sm90::Sm90ScoreOpsTuning<kD>::Config{});
+    else
+      fn(typename sm90::Sm90Tuning<kD>::Config{});
   });
 }
 
@@ -118,7 +127,7 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
     using Cfg = decltype(cfg);
     // The score-transform kernel adds its bias ring (tile_config.h; the FP8
     // configs have none: kSmemBytesBias = kSmemBytes).
-    plan.smem = score_ops_of(p) == ScoreOps::kAll ? Cfg::kSmemBytesBias : Cfg::kSmemBytes;
+    plan.smem = runs_score_ops_kernel(p) ? Cfg::kSmemBytesBias : Cfg::kSmemBytes;
     plan.block_n = Cfg::kBlockN;
     plan.persistent = Cfg::kPersistent;
     block_m = Cfg::kBlockM;

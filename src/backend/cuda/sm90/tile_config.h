@@ -128,10 +128,25 @@ struct Sm90Tuning<256> {
   using Config = TileConfig<256, 64, 2>;
 };
 
+// The score-ops kernel's tile (ScoreOps::kAll: bias, ALiBi, softcap,
+// descales), where it differs from the plain kernel's. D=64: 2 consumers of
+// 240 registers, not 3 of 160: with the bias, ALiBi and softcap code the
+// 3-consumer kernel spilled 11.8 KB (ptxas, f16, sm_90a; 2 consumers: 0.46
+// KB, against 1.8 KB at D=128).
+template <int kHeadDim>
+struct Sm90ScoreOpsTuning {
+  using Config = typename Sm90Tuning<kHeadDim>::Config;
+};
+template <>
+struct Sm90ScoreOpsTuning<64> {
+  using Config = TileConfig<64, 128, 2, 2>;
+};
+
 // Every instantiated head dim (the build's list, FMHA_SM90_INSTANCES) has
 // its tuning, keyed by the right head dim.
-#define FMHA_SM90_TUNED_(D) \
-  static_assert(Sm90Tuning<D>::Config::kHeadDim == D, "Sm90Tuning<" #D "> is missing or mis-keyed");
+#define FMHA_SM90_TUNED_(D)                                                                              \
+  static_assert(Sm90Tuning<D>::Config::kHeadDim == D, "Sm90Tuning<" #D "> is missing or mis-keyed");   \
+  static_assert(Sm90ScoreOpsTuning<D>::Config::kHeadDim == D, "Sm90ScoreOpsTuning<" #D "> is mis-keyed");
 FMHA_SM90_HEAD_DIMS(FMHA_SM90_TUNED_)
 #undef FMHA_SM90_TUNED_
 
