@@ -9,8 +9,10 @@
 // paged layouts; negative k descales. The in-register FP8 conversion: every
 // byte of each format decoded exactly into o, and a NaN / inf v row that
 // must reach only the rows that see its key (NonFiniteV's guard on the raw
-// FP8 tile). Then what the family still refuses, with the reason explain
-// gives: an FP8 q, o in another dtype than q, descales with 16-bit K/V.
+// FP8 tile). A BF16 q of huge, tiny and spread magnitudes (its Q K^T runs
+// in F16 after a power-of-two scale per row). Then what the family still
+// refuses, with the reason explain gives: an FP8 q, o in another dtype than
+// q, descales with 16-bit K/V.
 #include <doctest/doctest.h>
 
 #include <cuda_runtime.h>
@@ -204,6 +206,45 @@ TEST_CASE("sm80 FP8 K/V: negative k descales (the scores' sign flips), with and 
       cases.push_back(c);  // prefill (wide tile)
     }
   run_group("fp8 kv negative descales", cases, {1, 3});
+}
+
+TEST_CASE("sm80 FP8 K/V: a BF16 q of any magnitude (Q K^T in F16 after a power-of-two scale per row)") {
+  // A BF16 q's rows become F16 scaled by 2^-e(r) (fwd_kernel.cuh:
+  // QRowsToF16) and the scores get 2^e(r) back. |q| ~ 2^100 (1.3e30) and
+  // 2^-100 (7.9e-31): with q_descale x 2^-+100 (logits of the usual size),
+  // and without (huge logits: nearly one-hot rows; tiny ones: nearly
+  // uniform). q_spread: rows of GQA-packed units 2^-24 .. 2^24 apart (one
+  // e per row, not per unit), and every fourth element 2^-40 below its
+  // row, below F16's range after the scale: the flushed part is < 2^-38 of
+  // the row's max per element, far inside the tolerance. Decode (narrow
+  // tile, key splits) and causal prefill (wide tile), softcap, a negative
+  // k descale (its sign folded into the rows' factors).
+  std::vector<ServingCase> cases;
+  int n = 0;
+  for (fmha_dtype kv : kKvTypes)
+    for (int exponent : {100, -100, 0})
+      for (bool spread : {false, true}) {
+        if (exponent == 0 && !spread) continue;  // the other test cases
+        ServingCase c = fp8_case(FMHA_DTYPE_BF16, kv, 8, 2, 128);
+        c.q_exponent = exponent;
+        c.q_spread = spread;
+        c.q_descale = n % 2 == 0;
+        c.negative_k_descale = n % 3 == 0;
+        c.softcap = n % 4 == 1 ? 5.f : 0.f;
+        c.q_layout = QLayout::kDense;
+        c.len_q = {1, 1, 1};
+        c.len_k = {1000, 3, 200};
+        c.seqused_k = true;
+        cases.push_back(c);  // decode
+        c.head_dim = n % 2 ? 64 : 256;
+        c.len_q = {150, 150};
+        c.len_k = {150, 150};
+        c.seqused_k = false;
+        c.mask_flags = FMHA_MASK_CAUSAL;
+        cases.push_back(c);  // prefill
+        ++n;
+      }
+  run_group("fp8 kv bf16 q magnitudes", cases, {1, 3});
 }
 
 // One forward of [1, H=1, N, D] tensors on cuda_sm80_tc forced: q (and o)

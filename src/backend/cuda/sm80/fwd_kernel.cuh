@@ -23,9 +23,10 @@
 //                  round trip) and V through ldmatrix.trans
 //   Fp8KvTile      an FP8 K/V cache (kFp8Kv): K/V read from global memory
 //                  as FP8 into raw, swizzled shared stages that stay FP8;
-//   WarpQKFp8,     S = Q K^T and O += P V on them, converting each FP8
-//   WarpPVFp8      fragment in registers after its load (K to q's 16-bit
-//                  type, V to F16)
+//   WarpQKFp8,     S = Q K^T and O += P V on them in F16, converting
+//   WarpPVFp8      each FP8 fragment in registers after its load; a BF16
+//                  q's rows become F16 once per work tile, each scaled by
+//                  a power of two (QRowsToF16)
 //   Epilogue       O / l and lse, or the per-split partials
 //                  (common/epilogue.cuh)
 //
@@ -680,6 +681,71 @@ struct Fp8Pairs {
 };
 
 // ---------------------------------------------------------------------------
+// QRowsToF16: a BF16 q's rows as F16, so that S = Q K^T over an FP8 cache
+// runs in F16 for either q dtype (WarpQKFp8): K's conversion is then one
+// cvt (e4m3) or prmt (e5m2) per FP8 pair, not that plus F16 -> F32 ->
+// BF16. Once per work tile, in place in the (swizzled, 16-bit) Q tile, each
+// warp its own rows: row r is scaled by 2^-e(r), e(r) = E - 14 for the
+// largest finite |q| of the row in [2^E, 2^(E+1)), so that it lands in
+// [2^14, 2^15) and every value of the row within 2^-14 of it (BF16 has 8
+// significant bits, F16 11) is exact in F16; smaller ones fall into F16's
+// subnormals and lose what is below 2^-24 after the scale, i.e. < 2^-38 of
+// the row's max per element (round to nearest). e >= -126 (so 2^e and 2^-e
+// are normal F32s): a row whose max is below 2^-112 is scaled by 2^126,
+// losing only what is below 2^-150, which no F32 holds. NaN and inf stay
+// NaN and inf (the max is over finite values). The caller multiplies row
+// r's scores by 2^e(r), exactly (a power of two). Two lanes per row (each
+// half of the row's 16-byte chunks); the rows' factors then go to the lanes
+// that hold them in the S accumulator (rows l / 4 and l / 4 + 8 of each
+// m16 slice).
+// ---------------------------------------------------------------------------
+template <class Cfg>
+struct QRowsToF16 {
+  static constexpr int kChunks = Cfg::kHeadDim / 8;  // 16-byte chunks of a row
+  static_assert(kChunks % 2 == 0, "two lanes per row, half of the chunks each");
+  // Magnitude bits of a BF16 (low half of x) if finite, else 0.
+  __device__ __forceinline__ static uint32_t finite_mag(uint32_t x) {
+    const uint32_t m = x & 0x7fffu;
+    return m < 0x7f80u ? m : 0u;
+  }
+  __device__ __forceinline__ static uint32_t to_f16(uint32_t w, float down) {
+    const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down, __uint_as_float(w & 0xffff0000u) * down);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+  // factor[ms][h]: 2^e of row l / 4 + 8h of slice ms (lane l).
+  __device__ static void run(unsigned char* smem, int warp, int lane, float (&factor)[Cfg::kMSlices][2]) {
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+      const int row = warp * Cfg::kRowsPerWarp + ms * 16 + (lane >> 1);
+      uint4* x[kChunks / 2];
+      uint32_t mx = 0;
+#pragma unroll
+      for (int i = 0; i < kChunks / 2; ++i) {
+        x[i] = reinterpret_cast<uint4*>(smem + swizzle<Cfg::kPitch>(row, 2 * i + (lane & 1)));
+        const uint4 u = *x[i];
+        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) mx = max(mx, max(finite_mag(words[k]), finite_mag(words[k] >> 16)));
+      }
+      mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      // The max's exponent field f (0 for a zero or subnormal max):
+      // max < 2^(f - 126), so e = f - 141 puts it in [2^14, 2^15).
+      const int e = max(static_cast<int>(mx >> 7) - 141, -126);
+      const float down = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);  // 2^-e
+#pragma unroll
+      for (int i = 0; i < kChunks / 2; ++i) {
+        const uint4 u = *x[i];
+        *x[i] = make_uint4(to_f16(u.x, down), to_f16(u.y, down), to_f16(u.z, down), to_f16(u.w, down));
+      }
+      const float up = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);  // 2^e
+#pragma unroll
+      for (int h = 0; h < 2; ++h) factor[ms][h] = __shfl_sync(0xffffffffu, up, 2 * ((lane >> 2) + 8 * h));
+    }
+    __syncwarp();  // the converted rows, before any lane reads another's chunks
+  }
+};
+
+// ---------------------------------------------------------------------------
 // WarpQKFp8: s[ms][nt] = Q[rows of slice ms] . K[keys of n8 tile nt]^T with
 // K raw FP8 (Fp8KvTile). The sum over the head dim may visit the dims in
 // any order that Q and K agree on; this one makes each fragment one plain
@@ -690,11 +756,14 @@ struct Fp8Pairs {
 // then are: step A (k 2q, 2q+1 <- dims +0, +1; k 2q+8, 2q+9 <- dims +2, +3)
 // a = {x.x, y.x, x.y, y.y}, b = {pair(u.x: bytes 0, 1), pair(u.x: 2, 3)};
 // step B (dims +4..7) a = {x.z, y.z, x.w, y.w}, b from u.y alike.
+// In F16 whatever q's dtype: a BF16 q's tile holds F16 rows by then
+// (QRowsToF16), so K converts to F16 only (Fp8Pairs<__half>).
 // ---------------------------------------------------------------------------
-template <class T, class Cfg>
+template <class Cfg>
 struct WarpQKFp8 {
   using Acc = float[Cfg::kMSlices][Cfg::kNTiles][4];
   using Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  using T = __half;
   template <__nv_fp8_interpretation_t kKind>
   __device__ static void run(Acc& s, const unsigned char* sQ, const unsigned char* sK, int warp, int lane) {
     using P = Fp8Pairs<T>;
@@ -937,6 +1006,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   static_assert(!(kFp8Kv && kAllOps), "the FP8 K/V kernels run no bias or ALiBi");
   static_assert(Cfg::kStages == 2, "the wait_group counts below assume two stages");
   using KvT = std::conditional_t<kFp8Kv, uint8_t, T>;  // K/V elements in global memory
+  // Q K^T over FP8 K/V runs in F16; a BF16 q's rows are converted and
+  // scaled first (QRowsToF16).
+  constexpr bool kQkRowScaled = kFp8Kv && std::is_same<T, __nv_bfloat16>::value;
   extern __shared__ __align__(128) unsigned char smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The split combine, a programmatic dependent launch on sm_90
@@ -1146,6 +1218,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // more warps than a decode unit has rows (Sm80Tuning::NarrowFp8Kv is one
   // warp today) lets the others only load K/V and keep the barriers.
   const bool computes = !kFp8Kv || row0 <= w.m_last;
+  // A BF16 q over an FP8 cache: its rows become F16 once Q has landed (Q
+  // and K[t_begin] are the first group; one more barrier per work tile),
+  // each scaled by a power of two that its scores get back (QRowsToF16),
+  // with a negative descale's sign.
+  [[maybe_unused]] float q_row_factor[Cfg::kMSlices][2];
+  if constexpr (kQkRowScaled) {
+    cp_async_wait<2 * kRawStages - 3>();
+    __syncthreads();  // every thread's Q chunks (the copies spread rows over warps)
+    if (computes) {
+      QRowsToF16<Cfg>::run(smem, warp, lane, q_row_factor);
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) q_row_factor[ms][h] = negate ? -q_row_factor[ms][h] : q_row_factor[ms][h];
+    }
+  }
   [[maybe_unused]] int raw_stage = 0;  // kFp8Kv: (t - t_begin) % kRawStages
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
@@ -1209,13 +1297,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       if constexpr (kFp8Kv) {
         const unsigned char* sKr = smem + rawK + raw_stage * kRawBytes;
         if (e4m3)
-          WarpQKFp8<T, Cfg>::template run<__NV_E4M3>(s, smem, sKr, warp, lane);
+          WarpQKFp8<Cfg>::template run<__NV_E4M3>(s, smem, sKr, warp, lane);
         else
-          WarpQKFp8<T, Cfg>::template run<__NV_E5M2>(s, smem, sKr, warp, lane);
+          WarpQKFp8<Cfg>::template run<__NV_E5M2>(s, smem, sKr, warp, lane);
       } else {
         WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
       }
-      if (negate) {  // a negative q_descale * k_descale (CTA-uniform)
+      if constexpr (kQkRowScaled) {  // the rows' 2^e(r), the descales' sign folded in
+#pragma unroll
+        for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+          for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[ms][nt][e] *= q_row_factor[ms][e >> 1];
+      } else if (negate) {  // a negative q_descale * k_descale (CTA-uniform)
 #pragma unroll
         for (int ms = 0; ms < Cfg::kMSlices; ++ms)
 #pragma unroll

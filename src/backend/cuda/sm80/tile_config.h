@@ -3,8 +3,6 @@
 // shared memory, split heuristic) both read it, so they cannot disagree.
 #pragma once
 
-#include <type_traits>
-
 #include "backend/cuda/sm80/instances.h"  // generated: the instantiated head dims
 
 namespace fmha::cuda::sm80 {
@@ -117,13 +115,11 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
 //   tiles in the same run (kBlockN, CTAs per SM, raw stages): 32, 7, 3
 //   0.50 / 0.73 for BF16 e4m3 but 0.58 / 0.83 for F16 e5m2; 64, 5, 2
 //   0.46 / 0.55; 128, 2, 3 0.25 / 0.28.
-// NarrowFp8KvBf16: the same for a BF16 q, whose K conversion costs three
-//   more instructions per FP8 pair (F16 -> F32 -> BF16): at D=128 the
-//   32-key tile with 7 CTAs per SM, whose extra warps hide more of it
-//   (the run above: BF16 q e4m3 0.50 / 0.73, e5m2 0.53 / 0.79 against
-//   0.50 / 0.61 and 0.56 / 0.70), while an F16 q keeps the 64-key tile
-//   (F16 q on 32 keys: e4m3 0.55 / 0.80, e5m2 0.58 / 0.83, against 0.62 /
-//   0.77 and 0.70 / 0.84). Other head dims: NarrowFp8Kv.
+//   A BF16 q runs the same tile: its Q K^T runs in F16 too (fwd_kernel.cuh:
+//   QRowsToF16), so its K conversion is an F16 q's. Until 2026-12-01 a
+//   BF16 q converted K on to BF16 (three more instructions per FP8 pair)
+//   and took the 32-key, 7-CTA tile at D=128, whose extra warps hid more
+//   of it (BF16 q e4m3 0.50 / 0.73 against 0.50 / 0.61 on 64, 4, 3).
 // WideFp8Kv: prefill over an FP8 cache (units of > 32 rows): the same
 //   warp (16 rows, in-register conversion), four of them sharing each K/V
 //   tile, two CTAs per SM. Run on the decode tile, an FP8 prefill (BF16 q,
@@ -137,7 +133,6 @@ struct Sm80Tuning<32> {
   using Wide = TileConfig<32, 128, 128, 4, 2>;
   using Narrow = TileConfig<32, 16, 128, 1, 3>;
   using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3>;
-  using NarrowFp8KvBf16 = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<32, 64, 128, 4, 2, 3>;
 };
 
@@ -146,7 +141,6 @@ struct Sm80Tuning<64> {
   using Wide = TileConfig<64, 128, 128, 4, 2>;
   using Narrow = TileConfig<64, 16, 128, 1, 3>;
   using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3>;
-  using NarrowFp8KvBf16 = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<64, 64, 128, 4, 2, 3>;
 };
 
@@ -156,7 +150,6 @@ struct Sm80Tuning<96> {
   using Narrow = TileConfig<96, 16, 64, 1, 3>;
   // Unused: no FP8 K/V instantiation at D=96 (Fp8KvTile's swizzle).
   using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;
-  using NarrowFp8KvBf16 = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<96, 64, 64, 4, 2, 3>;
 };
 
@@ -173,10 +166,8 @@ struct Sm80Tuning<128> {
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
 #ifdef FMHA_SM80_FP8KV_D128_N
   using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES>;
-  using NarrowFp8KvBf16 = NarrowFp8Kv;
 #else
   using NarrowFp8Kv = Fp8KvTileD128<64, 4, 3>;
-  using NarrowFp8KvBf16 = Fp8KvTileD128<32, 7, 3>;
 #endif
   using WideFp8Kv = Fp8KvTileConfig<128, 64, 64, 4, 2, 3>;
 };
@@ -186,21 +177,18 @@ struct Sm80Tuning<256> {
   using Wide = TileConfig<256, 128, 64, 8, 1>;
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
   using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3>;
-  using NarrowFp8KvBf16 = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<256, 64, 32, 4, 2, 3>;
 };
 
-// The FP8 K/V decode tile of head dim D under a BF16 (kBf16Q) or F16 q.
-template <int kHeadDim, bool kBf16Q>
-using Fp8KvDecodeTile = std::conditional_t<kBf16Q, typename Sm80Tuning<kHeadDim>::NarrowFp8KvBf16,
-                                           typename Sm80Tuning<kHeadDim>::NarrowFp8Kv>;
+// The FP8 K/V decode tile of head dim D (either q dtype).
+template <int kHeadDim>
+using Fp8KvDecodeTile = typename Sm80Tuning<kHeadDim>::NarrowFp8Kv;
 
 // Every instantiated head dim (the build's list, FMHA_SM80_INSTANCES) has
 // its tuning, keyed by the right head dim.
 #define FMHA_SM80_TUNED_(D)                                                                        \
   static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D &&   \
-                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D &&                                \
-                    Sm80Tuning<D>::NarrowFp8KvBf16::kHeadDim == D && Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
+                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D && Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
                 "Sm80Tuning<" #D "> is missing or mis-keyed");
 FMHA_SM80_HEAD_DIMS(FMHA_SM80_TUNED_)
 #undef FMHA_SM80_TUNED_
