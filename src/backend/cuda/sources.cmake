@@ -230,10 +230,10 @@ list(APPEND FMHA_SOURCES ${_sm80_units})
 # Experiments only: another D=128 FP8 K/V tile (sm80/tile_config.h), given
 # to the FP8 units and the host plan (sm80_forward.cu), which must agree.
 set(FMHA_SM80_FP8KV_TILE_D128 "" CACHE STRING
-    "experiments: cuda_sm80_tc's D=128 FP8 K/V tile as kBlockN,kMinBlocksPerSm,kRawStages (empty: the tuned one)")
+    "experiments: cuda_sm80_tc's D=128 FP8 K/V tile as kBlockN,kMinBlocksPerSm,kRawStages[,kKeyWarps] (empty: the tuned one)")
 if(FMHA_SM80_FP8KV_TILE_D128)
-  if(NOT FMHA_SM80_FP8KV_TILE_D128 MATCHES "^[0-9]+,[0-9]+,[0-9]+$")
-    message(FATAL_ERROR "FMHA_SM80_FP8KV_TILE_D128: '${FMHA_SM80_FP8KV_TILE_D128}' is not kBlockN,kMinBlocksPerSm,kRawStages")
+  if(NOT FMHA_SM80_FP8KV_TILE_D128 MATCHES "^[0-9]+,[0-9]+,[0-9]+(,[0-9]+)?$")
+    message(FATAL_ERROR "FMHA_SM80_FP8KV_TILE_D128: '${FMHA_SM80_FP8KV_TILE_D128}' is not kBlockN,kMinBlocksPerSm,kRawStages[,kKeyWarps]")
   endif()
   set(_fp8kv_sources backend/cuda/sm80/sm80_forward.cu)
   foreach(unit IN LISTS _sm80_units FMHA_SM80_FP8KV_SOURCES)
@@ -246,8 +246,13 @@ if(FMHA_SM80_FP8KV_TILE_D128)
   list(GET _fp8kv_tile 0 _fp8kv_n)
   list(GET _fp8kv_tile 1 _fp8kv_ctas)
   list(GET _fp8kv_tile 2 _fp8kv_stages)
+  set(_fp8kv_key_warps 1)
+  list(LENGTH _fp8kv_tile _fp8kv_fields)
+  if(_fp8kv_fields EQUAL 4)
+    list(GET _fp8kv_tile 3 _fp8kv_key_warps)
+  endif()
   set_source_files_properties(${_fp8kv_sources} PROPERTIES COMPILE_DEFINITIONS
-                              "FMHA_SM80_FP8KV_D128_N=${_fp8kv_n};FMHA_SM80_FP8KV_D128_CTAS=${_fp8kv_ctas};FMHA_SM80_FP8KV_D128_STAGES=${_fp8kv_stages}")
+                              "FMHA_SM80_FP8KV_D128_N=${_fp8kv_n};FMHA_SM80_FP8KV_D128_CTAS=${_fp8kv_ctas};FMHA_SM80_FP8KV_D128_STAGES=${_fp8kv_stages};FMHA_SM80_FP8KV_D128_KEY_WARPS=${_fp8kv_key_warps}")
 endif()
 # cuda_sm90_ws: sm_90a machine code only, built as their own object library
 # (src/CMakeLists.txt) and linked into libfmha beside the other objects.

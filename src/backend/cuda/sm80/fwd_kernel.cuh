@@ -712,18 +712,22 @@ struct QRowsToF16 {
     const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down, __uint_as_float(w & 0xffff0000u) * down);
     return *reinterpret_cast<const uint32_t*>(&h);
   }
-  // factor[ms][h]: 2^e of row l / 4 + 8h of slice ms (lane l).
-  __device__ static void run(unsigned char* smem, int warp, int lane, float (&factor)[Cfg::kMSlices][2]) {
+  // factor[ms][h]: 2^e of row l / 4 + 8h of slice ms (lane l). row_warp:
+  // the warp's group of rows. Key warps (Cfg::kKeyWarps > 1) share the
+  // rows: all of them read and find the factors, key warp 0 writes, and
+  // the whole CTA calls this (its barriers).
+  __device__ static void run(unsigned char* smem, int row_warp, int key_warp, int lane,
+                             float (&factor)[Cfg::kMSlices][2]) {
+    uint4 u[Cfg::kMSlices][kChunks / 2];
+    float down[Cfg::kMSlices];
 #pragma unroll
     for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
-      const int row = warp * Cfg::kRowsPerWarp + ms * 16 + (lane >> 1);
-      uint4* x[kChunks / 2];
+      const int row = row_warp * Cfg::kRowsPerWarp + ms * 16 + (lane >> 1);
       uint32_t mx = 0;
 #pragma unroll
       for (int i = 0; i < kChunks / 2; ++i) {
-        x[i] = reinterpret_cast<uint4*>(smem + swizzle<Cfg::kPitch>(row, 2 * i + (lane & 1)));
-        const uint4 u = *x[i];
-        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+        u[ms][i] = *reinterpret_cast<const uint4*>(smem + swizzle<Cfg::kPitch>(row, 2 * i + (lane & 1)));
+        const uint32_t words[4] = {u[ms][i].x, u[ms][i].y, u[ms][i].z, u[ms][i].w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) mx = max(mx, max(finite_mag(words[k]), finite_mag(words[k] >> 16)));
       }
@@ -731,17 +735,27 @@ struct QRowsToF16 {
       // The max's exponent field f (0 for a zero or subnormal max):
       // max < 2^(f - 126), so e = f - 141 puts it in [2^14, 2^15).
       const int e = max(static_cast<int>(mx >> 7) - 141, -126);
-      const float down = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);  // 2^-e
-#pragma unroll
-      for (int i = 0; i < kChunks / 2; ++i) {
-        const uint4 u = *x[i];
-        *x[i] = make_uint4(to_f16(u.x, down), to_f16(u.y, down), to_f16(u.z, down), to_f16(u.w, down));
-      }
+      down[ms] = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);  // 2^-e
       const float up = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);  // 2^e
 #pragma unroll
       for (int h = 0; h < 2; ++h) factor[ms][h] = __shfl_sync(0xffffffffu, up, 2 * ((lane >> 2) + 8 * h));
     }
-    __syncwarp();  // the converted rows, before any lane reads another's chunks
+    if constexpr (Cfg::kKeyWarps > 1) __syncthreads();  // every key warp has read the BF16 rows
+    if (key_warp == 0) {
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+        const int row = row_warp * Cfg::kRowsPerWarp + ms * 16 + (lane >> 1);
+#pragma unroll
+        for (int i = 0; i < kChunks / 2; ++i) {
+          const uint4 x = u[ms][i];
+          *reinterpret_cast<uint4*>(smem + swizzle<Cfg::kPitch>(row, 2 * i + (lane & 1))) =
+              make_uint4(to_f16(x.x, down[ms]), to_f16(x.y, down[ms]), to_f16(x.z, down[ms]), to_f16(x.w, down[ms]));
+        }
+      }
+    }
+    // The converted rows, before any lane reads another's chunks.
+    if constexpr (Cfg::kKeyWarps > 1) __syncthreads();
+    else __syncwarp();
   }
 };
 
@@ -764,8 +778,11 @@ struct WarpQKFp8 {
   using Acc = float[Cfg::kMSlices][Cfg::kNTiles][4];
   using Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
   using T = __half;
+  // warp: the warp's group of rows; key0: its first key of the tile
+  // (Cfg::kKeyWarps > 1: its share), kNTiles n8 tiles from there.
   template <__nv_fp8_interpretation_t kKind>
-  __device__ static void run(Acc& s, const unsigned char* sQ, const unsigned char* sK, int warp, int lane) {
+  __device__ static void run(Acc& s, const unsigned char* sQ, const unsigned char* sK, int warp, int key0,
+                             int lane) {
     using P = Fp8Pairs<T>;
     const int q = lane & 3;
     const int row = warp * Cfg::kRowsPerWarp + (lane >> 2);
@@ -780,7 +797,7 @@ struct WarpQKFp8 {
 #pragma unroll
       for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
         const uint2 u =
-            *reinterpret_cast<const uint2*>(sK + Tile::at(nt * 8 + (lane >> 2), 2 * j + (q >> 1)) + 8 * (q & 1));
+            *reinterpret_cast<const uint2*>(sK + Tile::at(key0 + nt * 8 + (lane >> 2), 2 * j + (q >> 1)) + 8 * (q & 1));
         const uint32_t b0 = P::template pair<kKind, 0, 1>(u.x), b1 = P::template pair<kKind, 2, 3>(u.x);
         const uint32_t b2 = P::template pair<kKind, 0, 1>(u.y), b3 = P::template pair<kKind, 2, 3>(u.y);
 #pragma unroll
@@ -821,9 +838,10 @@ template <class T, class Cfg>
 struct WarpPVFp8 {
   using Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
   using Pv = std::conditional_t<kFp8PvInF16, __half, T>;  // the product's 16-bit type
+  // key0: the warp's first key of the tile (its share: kNTiles n8 tiles).
   template <__nv_fp8_interpretation_t kKind, bool kGuarded>
   __device__ static void run(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
-                             const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV, int lane) {
+                             const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV, int key0, int lane) {
     using P = Fp8Pairs<Pv>;
     using NF = NonFiniteV<Pv>;
     constexpr uint32_t kOnes = NF::kOne | (NF::kOne << 16);
@@ -832,14 +850,14 @@ struct WarpPVFp8 {
     const int key = (lane & 7) + (((lane >> 3) & 1) << 3);
     const int half = lane >> 4;
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    for (int kk = 0; kk < Cfg::kNTiles / 2; ++kk) {
       uint32_t pf[Cfg::kMSlices][4], pw[Cfg::kMSlices][4];
       pack_p_step<Pv, Cfg>(p, kk, pf);
       if constexpr (kGuarded) pack_p_weights<Pv, Cfg>(p, kk, pw);
 #pragma unroll
       for (int cp = 0; cp < Cfg::kHeadDim / 32; ++cp) {
         uint32_t r[4];
-        ldmatrix_x4_trans(r, sV + Tile::at(16 * kk + key, 2 * cp + half));
+        ldmatrix_x4_trans(r, sV + Tile::at(key0 + 16 * kk + key, 2 * cp + half));
         // n8 tiles 4cp + {0, 1, 2, 3}: chunk 2cp even / odd dims, chunk
         // 2cp + 1 even / odd dims; b0b1 from keys 0..7, b2b3 from 8..15.
         uint32_t b[4][2];
@@ -921,29 +939,35 @@ struct Epilogue {
   using Softmax = OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles>;
 
   // score_log2: the unit's FwdParams::score_log2 (descales folded in).
+  // warp: the warp's group of rows. owner: whether this warp's o, m, l are
+  // its rows' (false for key warps > 0, merged into key warp 0's: they only
+  // keep the barriers and help with the coalesced store).
   template <bool kServing>
   __device__ static void run(const FwdParams& p, const BlockWork<Cfg, kServing>& w,
                              float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm, float score_log2,
-                             unsigned char* smem, int warp, int lane, int tid) {
+                             unsigned char* smem, int warp, int lane, int tid, bool owner = true) {
     const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);  // the lane's first tile row
     const float lse_scale = score_log2 * kLn2;  // raw-score units of m -> natural units
 
     if (p.num_splits > 1) {
-      store_split_partials<Cfg::kMSlices, Cfg::kDTiles, Cfg::kHeadDim>(p, w, w.m0 + row_local0, o, sm.m, sm.l,
-                                                                       lse_scale, lane);
+      if (owner)
+        store_split_partials<Cfg::kMSlices, Cfg::kDTiles, Cfg::kHeadDim>(p, w, w.m0 + row_local0, o, sm.m, sm.l,
+                                                                         lse_scale, lane);
       return;
     }
 
     float lse[Cfg::kMSlices][2];
     finalize_rows(o, sm.m, sm.l, lse_scale, lse);
-    if constexpr (kServing)
-      store_lse(p, w, w.epilogue_seq(p), lse, w.m0 + row_local0, lane);
-    else
-      store_lse(p, w, lse, w.m0 + row_local0, lane);
+    if (owner) {
+      if constexpr (kServing)
+        store_lse(p, w, w.epilogue_seq(p), lse, w.m0 + row_local0, lane);
+      else
+        store_lse(p, w, lse, w.m0 + row_local0, lane);
+    }
 
     // Registers -> shared (the Q tile; every warp is past its last Q read).
     __syncthreads();
-    stage_fragment<T, Cfg::kPitch>(smem, o, row_local0, lane);
+    if (owner) stage_fragment<T, Cfg::kPitch>(smem, o, row_local0, lane);
     __syncthreads();
     // Shared -> global, 16 bytes per thread, rows past the unit's end skipped.
     T* out = static_cast<T*>(p.o) + w.o_offset(p);
@@ -958,6 +982,65 @@ struct Epilogue {
         tid);
   }
 };
+
+// ---------------------------------------------------------------------------
+// merge_key_warps (Cfg::kKeyWarps > 1): the key warps of one group of rows
+// each hold o, m, l over their share of every key tile (the same rows and
+// dims in the same fragment places); key warp 0 takes the others' in, each
+// rescaled to the larger max as the split combine does: m = max(m_g),
+// o = sum 2^((m_g - m) c) o_g, l likewise (a state that saw no key, m_g =
+// -inf, weighs 0). l must be finished (full row sums). Through the raw
+// stages (free after the key loop: the caller waited for every copy), one
+// float per lane and value, lane-minor (no bank conflicts). All threads call
+// it (two barriers).
+// ---------------------------------------------------------------------------
+template <class Cfg, class Softmax>
+__device__ void merge_key_warps(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Softmax& sm, float c, float* buf,
+                                int key_warp, int lane) {
+  constexpr int kValues = Cfg::kMSlices * (4 + 4 * Cfg::kDTiles);  // m, l (2 rows each) and o per slice
+  __syncthreads();  // every warp is past its last read of the stages
+  if (key_warp > 0) {
+    float* out = buf + (key_warp - 1) * kValues * 32 + lane;
+    int i = 0;
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        out[32 * i++] = sm.m[ms][hh];
+        out[32 * i++] = sm.l[ms][hh];
+      }
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out[32 * i++] = o[ms][dt][e];
+    }
+  }
+  __syncthreads();
+  if (key_warp != 0) return;
+#pragma unroll 1
+  for (int g = 1; g < Cfg::kKeyWarps; ++g) {
+    const float* in = buf + (g - 1) * kValues * 32 + lane;
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+      const int at = ms * (4 + 4 * Cfg::kDTiles);
+      float a[2], b[2];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float mg = in[32 * (at + 2 * hh)], lg = in[32 * (at + 2 * hh + 1)];
+        const float m = fmaxf(sm.m[ms][hh], mg);
+        a[hh] = sm.m[ms][hh] == kNegInf ? 0.f : exp2f(sm.m[ms][hh] * c - m * c);
+        b[hh] = mg == kNegInf ? 0.f : exp2f(mg * c - m * c);
+        sm.m[ms][hh] = m;
+        sm.l[ms][hh] = a[hh] * sm.l[ms][hh] + b[hh] * lg;
+      }
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          o[ms][dt][e] = a[e >> 1] * o[ms][dt][e] + b[e >> 1] * in[32 * (at + 4 + 4 * dt + e)];
+    }
+  }
+}
 
 // ---------------------------------------------------------------------------
 // The kernel: one CTA = kBlockM query rows of one (batch, head), one key split.
@@ -1019,6 +1102,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
+  // Its group of rows, and (FP8 tiles with key warps, Cfg::kKeyWarps > 1)
+  // its share of each key tile: keys [key0, key0 + kKeysPerWarp).
+  const int row_warp = Cfg::kKeyWarps > 1 ? warp % Cfg::kWarps : warp;
+  const int key_warp = Cfg::kKeyWarps > 1 ? warp / Cfg::kWarps : 0;
+  const int key0 = key_warp * Cfg::kKeysPerWarp;
 
   const BlockWork<Cfg, kServing> w = BlockWork<Cfg, kServing>::make(p);
   if (w.empty()) return;  // CTA-uniform, before any barrier
@@ -1144,7 +1232,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // prologue commits B[t_begin] first.
   using Bias = BiasTile<Cfg>;
   const bool staged = kAllOps && !kFp8Kv && p.softcap_out == 0.f && Bias::usable(p);  // CTA-uniform
-  const int row0 = w.m0 + warp * Cfg::kRowsPerWarp;  // the warp's first row
+  const int row0 = w.m0 + row_warp * Cfg::kRowsPerWarp;  // the warp's first row
   // After the staged block-table entries in a paged kernel (tile_config.h).
   const uint32_t sBias = smem_u32(smem) + Cfg::bias_offset(kPaged && !kFp8Kv) + warp * Bias::kWarpBytes;
   if (staged) {
@@ -1226,8 +1314,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   if constexpr (kQkRowScaled) {
     cp_async_wait<2 * kRawStages - 3>();
     __syncthreads();  // every thread's Q chunks (the copies spread rows over warps)
-    if (computes) {
-      QRowsToF16<Cfg>::run(smem, warp, lane, q_row_factor);
+    if (computes || Cfg::kKeyWarps > 1) {  // key warps: every warp (barriers inside; they all compute)
+      QRowsToF16<Cfg>::run(smem, row_warp, key_warp, lane, q_row_factor);
 #pragma unroll
       for (int ms = 0; ms < Cfg::kMSlices; ++ms)
 #pragma unroll
@@ -1297,9 +1385,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       if constexpr (kFp8Kv) {
         const unsigned char* sKr = smem + rawK + raw_stage * kRawBytes;
         if (e4m3)
-          WarpQKFp8<Cfg>::template run<__NV_E4M3>(s, smem, sKr, warp, lane);
+          WarpQKFp8<Cfg>::template run<__NV_E4M3>(s, smem, sKr, row_warp, key0, lane);
         else
-          WarpQKFp8<Cfg>::template run<__NV_E5M2>(s, smem, sKr, warp, lane);
+          WarpQKFp8<Cfg>::template run<__NV_E5M2>(s, smem, sKr, row_warp, key0, lane);
       } else {
         WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
       }
@@ -1326,7 +1414,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       if (biased && softcapped)
         ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0,
                                                          n0, lane);
-      if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
+      if (edge)
+        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0 + key0, lane);
       sm.update(s, o, kFp8Kv ? score_log2 : p.score_log2);
     }
 
@@ -1355,10 +1444,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         using PV = WarpPVFp8<T, Cfg>;
         const uint32_t sVr = sQ + rawV + raw_stage * kRawBytes;
         if (kGuardNonFiniteV && guard)
-          e4m3 ? PV::template run<__NV_E4M3, true>(o, s, sVr, lane) : PV::template run<__NV_E5M2, true>(o, s, sVr, lane);
+          e4m3 ? PV::template run<__NV_E4M3, true>(o, s, sVr, key0, lane)
+               : PV::template run<__NV_E5M2, true>(o, s, sVr, key0, lane);
         else
-          e4m3 ? PV::template run<__NV_E4M3, false>(o, s, sVr, lane)
-               : PV::template run<__NV_E5M2, false>(o, s, sVr, lane);
+          e4m3 ? PV::template run<__NV_E4M3, false>(o, s, sVr, key0, lane)
+               : PV::template run<__NV_E5M2, false>(o, s, sVr, key0, lane);
       } else {
         if (kGuardNonFiniteV && guard)
           warp_pv_guarded<T, Cfg>(o, s, sV + stage, addr);
@@ -1371,6 +1461,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   cp_async_wait<0>();
   if constexpr (kFp8Kv) WarpPVFp8<T, Cfg>::unpermute_o(o, lane);  // WarpPV's dim order for the epilogue
   sm.finish();
+  if constexpr (Cfg::kKeyWarps > 1) {  // the key warps' states into key warp 0's
+    static_assert(Cfg::kSmemQ + (Cfg::kKeyWarps - 1) * Cfg::kMSlices * (4 + 4 * Cfg::kDTiles) * 32 * 4 <=
+                      Cfg::kSmemBytes,
+                  "the key warps' states fit the raw stages");
+    merge_key_warps<Cfg>(o, sm, score_log2, reinterpret_cast<float*>(smem + Cfg::kSmemQ), key_warp, lane);
+  }
   // v_descale multiplies o (and a split's partial o, which the combine
   // sums), never lse.
   if (kFp8Kv && p.v_descale != nullptr) {
@@ -1382,7 +1478,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[ms][dt][e] *= vd;
   }
-  Epilogue<T, Cfg>::run(p, w, o, sm, kFp8Kv ? score_log2 : p.score_log2, smem, warp, lane, tid);
+  Epilogue<T, Cfg>::run(p, w, o, sm, kFp8Kv ? score_log2 : p.score_log2, smem, row_warp, lane, tid, key_warp == 0);
 }
 
 }  // namespace fmha::cuda::sm80

@@ -19,6 +19,9 @@ struct TileConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;  // __launch_bounds__ register cap
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kStages = 2;
+  // Warps that split each key tile among themselves (Fp8KvTileConfig only).
+  static constexpr int kKeyWarps = 1;
+  static constexpr int kKeysPerWarp = kBlockN;
 
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
   static constexpr int kMSlices = kRowsPerWarp / 16;  // m16 slices per warp
@@ -64,9 +67,21 @@ struct TileConfig {
 // (half a 16-bit stage, so more of them fit), converted in registers after
 // each fragment load (fwd_kernel.cuh: WarpQKFp8, WarpPVFp8). Only the Q
 // tile is 16-bit.
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kRawStages_>
+//
+// kKeyWarps > 1 (an experiment, FMHA_SM80_FP8KV_TILE_D128's fourth field):
+// kKeyWarps warps share each group of rows and split every key tile, warp
+// g taking keys [g kKeysPerWarp, (g + 1) kKeysPerWarp) of it, each with its
+// own running max / sum and O (kNTiles is then a warp's share), merged
+// through shared memory after the key loop (fwd_kernel.cuh: merge_key_warps).
+// Several independent per-tile chains per CTA, one barrier pair per tile.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kRawStages_,
+          int kKeyWarps_ = 1>
 struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_> {
   using Base = TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_>;
+  static constexpr int kKeyWarps = kKeyWarps_;
+  static constexpr int kThreads = kWarps_ * kKeyWarps * 32;
+  static constexpr int kKeysPerWarp = kBlockN_ / kKeyWarps;
+  static constexpr int kNTiles = kKeysPerWarp / 8;  // n8 tiles of S per slice and warp
   static constexpr int kRawStages = kRawStages_;
   static constexpr int kSmemRaw = kBlockN_ * kHeadDim_;  // bytes of one raw K or V stage
   static constexpr int kSmemBytes = Base::kSmemQ + 2 * kRawStages * kSmemRaw;
@@ -77,6 +92,8 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
   __host__ __device__ static constexpr int smem_bytes(bool, bool) { return kSmemBytes; }
 
   static_assert(kRawStages >= 2, "a raw stage in flight while one is read");
+  static_assert(kKeyWarps == 1 || kWarps_ == 1, "key warps split the tile of a one-warp row group");
+  static_assert(kKeysPerWarp % 16 == 0, "each key warp takes whole k16 steps of P V");
   static_assert(kHeadDim_ % 32 == 0, "whole 32-byte (k32) blocks of an FP8 key row");
 };
 
@@ -154,18 +171,19 @@ struct Sm80Tuning<96> {
 };
 
 // An experiment's D=128 FP8 tile: FMHA_SM80_FP8KV_TILE_D128 (a CMake cache
-// variable, empty by default) = "kBlockN,kMinBlocksPerSm,kRawStages" of a
-// one-warp 16-row tile, compiled into the FP8 units and the host plan alike
+// variable, empty by default) = "kBlockN,kMinBlocksPerSm,kRawStages[,kKeyWarps]"
+// of a 16-row tile, compiled into the FP8 units and the host plan alike
 // (tools/device/fp8dec.sh compares a few against the default).
-template <int kBlockN, int kMinBlocksPerSm, int kRawStages>
-using Fp8KvTileD128 = Fp8KvTileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kRawStages>;
+template <int kBlockN, int kMinBlocksPerSm, int kRawStages, int kKeyWarps = 1>
+using Fp8KvTileD128 = Fp8KvTileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kRawStages, kKeyWarps>;
 
 template <>
 struct Sm80Tuning<128> {
   using Wide = TileConfig<128, 128, 64, 4, 2>;
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
 #ifdef FMHA_SM80_FP8KV_D128_N
-  using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES>;
+  using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES,
+                                    FMHA_SM80_FP8KV_D128_KEY_WARPS>;
 #else
   using NarrowFp8Kv = Fp8KvTileD128<64, 4, 3>;
 #endif
