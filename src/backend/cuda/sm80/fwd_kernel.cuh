@@ -1308,19 +1308,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const bool computes = !kFp8Kv || row0 <= w.m_last;
   // A BF16 q over an FP8 cache: its rows become F16 once Q has landed (Q
   // and K[t_begin] are the first group; one more barrier per work tile),
-  // each scaled by a power of two that its scores get back (QRowsToF16),
-  // with a negative descale's sign.
+  // each scaled by 2^-e(r) (QRowsToF16). Row r's scores then take 2^e(r)
+  // times the whole score factor at once: softcap's input scale, or else
+  // the softmax's raw-score -> log2 factor with a negative descale's sign
+  // (which then reads 1: the scores arrive in log2 units). Not 2^e(r)
+  // first: with |q| near BF16's top (2^100 rows 2^24 apart) Q K^T itself
+  // passes F32's range before the descales bring it back (H200, 93daef5:
+  // NaN rows at logits ~1e7). 2^e(r) times the factor is exact unless it
+  // leaves F32's normal range (a row's max |q| below ~2^-100 under a score
+  // factor below 1: logits ~0, a uniform row either way).
   [[maybe_unused]] float q_row_factor[Cfg::kMSlices][2];
   if constexpr (kQkRowScaled) {
     cp_async_wait<2 * kRawStages - 3>();
     __syncthreads();  // every thread's Q chunks (the copies spread rows over warps)
     if (computes || Cfg::kKeyWarps > 1) {  // key warps: every warp (barriers inside; they all compute)
       QRowsToF16<Cfg>::run(smem, row_warp, key_warp, lane, q_row_factor);
+      const float f = kSoftcap ? cap_in : negate ? -score_log2 : score_log2;
 #pragma unroll
       for (int ms = 0; ms < Cfg::kMSlices; ++ms)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) q_row_factor[ms][h] = negate ? -q_row_factor[ms][h] : q_row_factor[ms][h];
+        for (int h = 0; h < 2; ++h) q_row_factor[ms][h] *= f;
     }
+    if constexpr (kSoftcap) cap_in = 1.f;
+    else score_log2 = 1.f;
   }
   [[maybe_unused]] int raw_stage = 0;  // kFp8Kv: (t - t_begin) % kRawStages
   for (int t = w.t_begin; t < w.t_end; ++t) {
@@ -1391,7 +1401,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       } else {
         WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
       }
-      if constexpr (kQkRowScaled) {  // the rows' 2^e(r), the descales' sign folded in
+      if constexpr (kQkRowScaled) {  // the rows' 2^e(r) times the score factor (see q_row_factor)
 #pragma unroll
         for (int ms = 0; ms < Cfg::kMSlices; ++ms)
 #pragma unroll
