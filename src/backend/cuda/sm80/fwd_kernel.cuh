@@ -653,9 +653,11 @@ struct Fp8KvTile {
 // pair<kKind>(w, kLo, kHi): the byte kLo of w in the low half, kHi in the
 // high half. e5m2 is F16's top byte (a byte permute places it, inf and NaN
 // included); e4m3 goes through cvt.rn.f16x2.e4m3x2 (sm_89+; the intrinsic's
-// software path on sm_80). A BF16 q then takes F16 -> F32 (exact) and the
-// F32s' top halves: FP8 values have at most 4 significant bits, so the
-// BF16 truncation is exact (NaN stays NaN, inf stays inf).
+// software path on sm_80; the FP8 K/V units are built for sm_89+ only).
+// T = BF16 (a BF16 P V, kFp8PvInF16 false; the products run in F16 now)
+// then takes F16 -> F32 (exact) and the F32s' top halves: FP8 values have
+// at most 4 significant bits, so the BF16 truncation is exact (NaN stays
+// NaN, inf stays inf).
 // ---------------------------------------------------------------------------
 template <class T>
 struct Fp8Pairs {
@@ -694,7 +696,8 @@ struct Fp8Pairs {
 // are normal F32s): a row whose max is below 2^-112 is scaled by 2^126,
 // losing only what is below 2^-150, which no F32 holds. NaN and inf stay
 // NaN and inf (the max is over finite values). The caller multiplies row
-// r's scores by 2^e(r), exactly (a power of two). Two lanes per row (each
+// r's scores by 2^e(r) times the score factor (a power of two times a
+// float: exact while in F32's normal range). Two lanes per row (each
 // half of the row's 16-byte chunks); the rows' factors then go to the lanes
 // that hold them in the S accumulator (rows l / 4 and l / 4 + 8 of each
 // m16 slice).
