@@ -167,7 +167,7 @@ endfunction()
 # cuda_sm80_tc's FP8 K/V units (<dtype>_f8kv entries) convert FP8 in
 # registers with cvt.f16x2.e4m3x2, which sm_89 and newer have; on sm_80 the
 # conversion is a software decode in every fragment load, which cost 119-216 s
-# per unit in CI (docs/performance.md, "FP8 KV decode toward 90% of copy").
+# per unit in CI (docs/performance.md, "FP8 KV decode, second pass").
 # So they build machine code (and PTX) for the architectures of
 # CMAKE_CUDA_ARCHITECTURES from 89 up only, as their own object library
 # (src/CMakeLists.txt: fmha_sm80_fp8kv_objects, outside FMHA_CUDA_SHARED_PTX),
