@@ -33,7 +33,7 @@ static_assert(FMHA_SM80_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
 // The kernel table. Lower rank runs first when several entries support a
 // problem. Columns: name, summary, device, sm range, dtypes, head dims
 // {max, multiple, only}, features, alignment, rank, supports, workspace, run,
-// declines.
+// declines, the lowest sm for FP8 K/V problems.
 const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
     {"cuda_sm90_ws",
@@ -50,10 +50,11 @@ const KernelEntry kKernels[] = {
      "paged K/V (fast page_size: 16, 32, 64 or a multiple of the key tile, 64 keys at head_dim 128 and 256, "
      "128 at 32 and 64, not 16 at head_dim 32 nor any at 96: one block-table read per page and key tile; every "
      "other page_size runs, reading the table once per key); bias and ALiBi; an FP8 K/V cache (F8E4M3 or "
-     "F8E5M2 under an F16/BF16 q, o in q's dtype) read as FP8 and converted in shared memory, with q/k/v descales",
+     "F8E5M2 under an F16/BF16 q, o in q's dtype) read as FP8 and converted in registers, with q/k/v descales, "
+     "from the lowest of the build's FP8 K/V architectures (sm_89 and newer) up; cuda_generic runs it below",
      FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}},
      kFeatureServing | kFeatureMixedDtypes | kFeatureDescale | kFeatureBias | kFeatureAlibi, 16, 10,
-     cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward},
+     cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward, nullptr, FMHA_SM80_FP8KV_SM_MIN},
     {"cuda_generic",
      "general CUDA fallback: any head_dim <= 256, any strides, F32 too, every serving layout; FP8 inputs, "
      "descales, mixed dtypes, bias and ALiBi",
@@ -173,6 +174,10 @@ const char* why_not(const KernelEntry& e, const Problem& p, const DeviceInfo& de
   if (e.device == FMHA_DEVICE_CUDA && (dev.sm < e.sm_min || dev.sm > e.sm_max))
     return reason(out, len, "needs another compute capability", "needs sm_%d..sm_%d, device is sm_%d", e.sm_min,
                   e.sm_max, dev.sm);
+  if (e.device == FMHA_DEVICE_CUDA && is_fp8(p.kv_dtype) && dev.sm < e.fp8_kv_sm_min)
+    return reason(out, len, "needs another compute capability for FP8 K/V",
+                  "needs sm_%d or newer for FP8 K/V (k/v %s), device is sm_%d", e.fp8_kv_sm_min,
+                  dtype_name(p.kv_dtype), dev.sm);
   for (const fmha_dtype t : {p.dtype, p.kv_dtype, p.o_dtype})
     if (!(e.dtypes & dtype_bit(t)))
       return reason(out, len, "does not run this dtype", "does not run dtype %s", dtype_name(t));

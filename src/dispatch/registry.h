@@ -76,6 +76,9 @@ struct KernelEntry {
   // (shown by explain) or null. Forcing the kernel by name ignores it. May
   // be null.
   const char* (*declines)(const Problem&, const DeviceInfo&) = nullptr;
+  // CUDA: problems with an FP8 K/V cache (k/v F8E4M3 or F8E5M2) need a
+  // compute capability * 10 of at least this (0: sm_min, as every other).
+  int fp8_kv_sm_min = 0;
 };
 
 int kernel_count();

@@ -44,6 +44,8 @@ std::string ServingCase::name() const {
   if (q_descale || k_descale || v_descale)
     s += std::string(" descale") + (q_descale ? "q" : "") + (k_descale ? "k" : "") + (v_descale ? "v" : "") +
          (k_descale && negative_k_descale ? " negk" : "");
+  if (q_exponent != 0) s += " q*2^" + std::to_string(q_exponent);
+  if (q_spread) s += " q-spread";
   if (bias != BiasPattern::kNone)
     s += std::string(" bias-") +
          (bias == BiasPattern::kFull ? "full" : bias == BiasPattern::kMask ? "mask" : "keypad") + "-" +
@@ -99,6 +101,9 @@ const char* ServingCase::invalid_reason() const {
   if (kv_spare < 0 || q_tail < 0 || k_tail < 0 || spare_pages < 0 || table_slack < 0)
     return "spares, tails and slack must be >= 0";
   if (hidden_nonfinite_v && bias == BiasPattern::kNone) return "hidden_nonfinite_v needs a bias to hide its keys";
+  if ((q_exponent != 0 || q_spread) && dtype != FMHA_DTYPE_BF16 && dtype != FMHA_DTYPE_F32)
+    return "q_exponent and q_spread need a BF16 or F32 q";
+  if (q_exponent < -100 || q_exponent > 100) return "q_exponent must be in [-100, 100]";
   return nullptr;
 }
 
@@ -392,10 +397,18 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
     const int64_t qb = c.q_layout == QLayout::kRagged ? 0 : b;
     const int64_t first = c.q_layout == QLayout::kRagged ? cu_q_[static_cast<size_t>(b)] : 0;
     for (int64_t h = 0; h < Hq; ++h)
-      for (int64_t i = 0; i < c.len_q[static_cast<size_t>(b)]; ++i)
-        for (int64_t d = 0; d < D; ++d)
-          store_element(q_.data(), dt,
-                        qb * q_strides_[0] + h * q_strides_[1] + (first + i) * q_strides_[2] + d, normal());
+      for (int64_t i = 0; i < c.len_q[static_cast<size_t>(b)]; ++i) {
+        // q_exponent, q_spread: powers of two (exact), then the dtype's rounding
+        // (BF16 keeps F32's exponent range).
+        int row_exp = c.q_exponent;
+        if (c.q_spread) row_exp += static_cast<int>(rng.uniform() * 49.0) - 24;
+        for (int64_t d = 0; d < D; ++d) {
+          float x = normal();
+          if (c.q_exponent != 0 || c.q_spread)
+            x = round_to_dtype(std::ldexp(x, row_exp - (c.q_spread && d % 4 == 3 ? 40 : 0)), dt);
+          store_element(q_.data(), dt, qb * q_strides_[0] + h * q_strides_[1] + (first + i) * q_strides_[2] + d, x);
+        }
+      }
   }
 
   // k, v: where key j of sequence b lives, (batch or page, seq or slot).
@@ -526,6 +539,7 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
     for (float& x : f) x = static_cast<float>(0.5 + 1.5 * rng.uniform());
   };
   factors(c.q_descale, q_descale_);
+  for (float& x : q_descale_) x = std::ldexp(x, -c.q_exponent);
   factors(c.k_descale, k_descale_);
   if (c.negative_k_descale)
     for (size_t i = 0; i < k_descale_.size(); i += 2) k_descale_[i] = -k_descale_[i];

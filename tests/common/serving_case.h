@@ -66,6 +66,14 @@ struct ServingCase {
   fmha_dtype o_dtype = static_cast<fmha_dtype>(0);
   bool q_descale = false, k_descale = false, v_descale = false;  // random factors in [0.5, 2)
   bool negative_k_descale = false;  // with k_descale: every other factor negated (the formula allows it)
+  // q's magnitudes (a BF16 or F32 q; an F16 q would overflow): every q
+  // element x 2^q_exponent, and q_descale's factors (when given) x
+  // 2^-q_exponent, so the logits keep their size. q_spread: each q row
+  // (head, query) x 2^e more, e drawn per row in [-24, 24], and every fourth
+  // element of a row x 2^-40 more (far below the row's largest values:
+  // cuda_sm80_tc's F16 Q K^T over an FP8 cache flushes them).
+  int q_exponent = 0;
+  bool q_spread = false;
   BiasPattern bias = BiasPattern::kNone;
   fmha_dtype bias_dtype = FMHA_DTYPE_F32;
   int alibi = 0;  // 0 none, 1 [Hq] slopes (stride 0), 2 [B, Hq] slopes (stride Hq + 1)

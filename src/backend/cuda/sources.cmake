@@ -164,19 +164,79 @@ function(fmha_kernel_instances family FAMILY out_var)
   set(${out_var} ${units} PARENT_SCOPE)
 endfunction()
 
-# cuda_sm80_tc: its units build with the library's architectures.
+# cuda_sm80_tc's FP8 K/V units (<dtype>_f8kv entries) convert FP8 in
+# registers with cvt.f16x2.e4m3x2, which sm_89 and newer have; on sm_80 the
+# conversion is a software decode in every fragment load, which cost 119-216 s
+# per unit in CI (docs/performance.md, "FP8 KV decode, second pass").
+# So they build machine code (and PTX) for the architectures of
+# CMAKE_CUDA_ARCHITECTURES from 89 up only, as their own object library
+# (src/CMakeLists.txt: fmha_sm80_fp8kv_objects, outside FMHA_CUDA_SHARED_PTX),
+# and the registry row runs FP8 K/V problems from the lowest of them up
+# (FMHA_SM80_FP8KV_SM_MIN; an A100 runs an FP8 cache on cuda_generic). A
+# list without any (80 alone) builds no FP8 K/V unit; a list CMake spells
+# otherwise (native, all, 90a) builds them with the library's architectures,
+# software decode included, from sm_80 up.
+set(FMHA_SM80_FP8KV_ARCHS "")
+set(FMHA_SM80_FP8KV_SM_MIN 0)
+set(_fp8kv_own_archs ON)
+foreach(arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
+  if(NOT arch MATCHES "^([0-9]+)(-real|-virtual)?$")
+    set(_fp8kv_own_archs OFF)
+    break()
+  endif()
+  if(CMAKE_MATCH_1 GREATER_EQUAL 89)
+    list(APPEND FMHA_SM80_FP8KV_ARCHS ${arch})
+    if(FMHA_SM80_FP8KV_SM_MIN EQUAL 0 OR CMAKE_MATCH_1 LESS FMHA_SM80_FP8KV_SM_MIN)
+      set(FMHA_SM80_FP8KV_SM_MIN ${CMAKE_MATCH_1})
+    endif()
+  endif()
+endforeach()
+if(NOT _fp8kv_own_archs)
+  set(FMHA_SM80_FP8KV_ARCHS "")
+  set(FMHA_SM80_FP8KV_SM_MIN 80)
+elseif(NOT FMHA_SM80_FP8KV_ARCHS)
+  # No architecture from 89 up: no FP8 K/V unit (this scope's copy of the list).
+  set(_sm80_list "")
+  set(_dropped "")
+  foreach(entry IN LISTS FMHA_SM80_INSTANCES)
+    if(entry MATCHES "_f8kv:")
+      list(APPEND _dropped ${entry})
+    else()
+      list(APPEND _sm80_list ${entry})
+    endif()
+  endforeach()
+  if(_dropped)
+    message(STATUS "fmha: CMAKE_CUDA_ARCHITECTURES has none from 89 up: no cuda_sm80_tc FP8 K/V units (${_dropped})")
+  endif()
+  set(FMHA_SM80_INSTANCES "${_sm80_list}")
+endif()
+
+# cuda_sm80_tc: its 16-bit units build with the library's architectures,
+# its FP8 K/V units with FMHA_SM80_FP8KV_ARCHS (when set).
 fmha_kernel_instances(sm80 SM80 _sm80_units)
+set(FMHA_SM80_FP8KV_SOURCES "")
+if(FMHA_SM80_FP8KV_ARCHS)
+  foreach(unit IN LISTS _sm80_units)
+    if(unit MATCHES "_f8kv_d[0-9]+\\.cu$")
+      list(APPEND FMHA_SM80_FP8KV_SOURCES ${unit})
+    endif()
+  endforeach()
+  if(FMHA_SM80_FP8KV_SOURCES)
+    list(REMOVE_ITEM _sm80_units ${FMHA_SM80_FP8KV_SOURCES})
+    message(STATUS "fmha: cuda_sm80_tc FP8 K/V units for ${FMHA_SM80_FP8KV_ARCHS} (FP8 K/V from sm_${FMHA_SM80_FP8KV_SM_MIN})")
+  endif()
+endif()
 list(APPEND FMHA_SOURCES ${_sm80_units})
 # Experiments only: another D=128 FP8 K/V tile (sm80/tile_config.h), given
 # to the FP8 units and the host plan (sm80_forward.cu), which must agree.
 set(FMHA_SM80_FP8KV_TILE_D128 "" CACHE STRING
-    "experiments: cuda_sm80_tc's D=128 FP8 K/V tile as kBlockN,kMinBlocksPerSm,kRawStages (empty: the tuned one)")
+    "experiments: cuda_sm80_tc's D=128 FP8 K/V tile as kBlockN,kMinBlocksPerSm,kRawStages[,kKeyWarps] (empty: the tuned one)")
 if(FMHA_SM80_FP8KV_TILE_D128)
-  if(NOT FMHA_SM80_FP8KV_TILE_D128 MATCHES "^[0-9]+,[0-9]+,[0-9]+$")
-    message(FATAL_ERROR "FMHA_SM80_FP8KV_TILE_D128: '${FMHA_SM80_FP8KV_TILE_D128}' is not kBlockN,kMinBlocksPerSm,kRawStages")
+  if(NOT FMHA_SM80_FP8KV_TILE_D128 MATCHES "^[0-9]+,[0-9]+,[0-9]+(,[0-9]+)?$")
+    message(FATAL_ERROR "FMHA_SM80_FP8KV_TILE_D128: '${FMHA_SM80_FP8KV_TILE_D128}' is not kBlockN,kMinBlocksPerSm,kRawStages[,kKeyWarps]")
   endif()
   set(_fp8kv_sources backend/cuda/sm80/sm80_forward.cu)
-  foreach(unit IN LISTS _sm80_units)
+  foreach(unit IN LISTS _sm80_units FMHA_SM80_FP8KV_SOURCES)
     if(unit MATCHES "_f8kv_d128\\.cu$")
       list(APPEND _fp8kv_sources ${unit})
     endif()
@@ -186,8 +246,13 @@ if(FMHA_SM80_FP8KV_TILE_D128)
   list(GET _fp8kv_tile 0 _fp8kv_n)
   list(GET _fp8kv_tile 1 _fp8kv_ctas)
   list(GET _fp8kv_tile 2 _fp8kv_stages)
+  set(_fp8kv_key_warps 1)
+  list(LENGTH _fp8kv_tile _fp8kv_fields)
+  if(_fp8kv_fields EQUAL 4)
+    list(GET _fp8kv_tile 3 _fp8kv_key_warps)
+  endif()
   set_source_files_properties(${_fp8kv_sources} PROPERTIES COMPILE_DEFINITIONS
-                              "FMHA_SM80_FP8KV_D128_N=${_fp8kv_n};FMHA_SM80_FP8KV_D128_CTAS=${_fp8kv_ctas};FMHA_SM80_FP8KV_D128_STAGES=${_fp8kv_stages}")
+                              "FMHA_SM80_FP8KV_D128_N=${_fp8kv_n};FMHA_SM80_FP8KV_D128_CTAS=${_fp8kv_ctas};FMHA_SM80_FP8KV_D128_STAGES=${_fp8kv_stages};FMHA_SM80_FP8KV_D128_KEY_WARPS=${_fp8kv_key_warps}")
 endif()
 # cuda_sm90_ws: sm_90a machine code only, built as their own object library
 # (src/CMakeLists.txt) and linked into libfmha beside the other objects.

@@ -23,9 +23,10 @@
 //                  round trip) and V through ldmatrix.trans
 //   Fp8KvTile      an FP8 K/V cache (kFp8Kv): K/V read from global memory
 //                  as FP8 into raw, swizzled shared stages that stay FP8;
-//   WarpQKFp8,     S = Q K^T and O += P V on them, converting each FP8
-//   WarpPVFp8      fragment in registers after its load (K to q's 16-bit
-//                  type, V to F16)
+//   WarpQKFp8,     S = Q K^T and O += P V on them in F16, converting
+//   WarpPVFp8      each FP8 fragment in registers after its load; a BF16
+//                  q's rows become F16 once per work tile, each scaled by
+//                  a power of two (QRowsToF16)
 //   Epilogue       O / l and lse, or the per-split partials
 //                  (common/epilogue.cuh)
 //
@@ -652,9 +653,11 @@ struct Fp8KvTile {
 // pair<kKind>(w, kLo, kHi): the byte kLo of w in the low half, kHi in the
 // high half. e5m2 is F16's top byte (a byte permute places it, inf and NaN
 // included); e4m3 goes through cvt.rn.f16x2.e4m3x2 (sm_89+; the intrinsic's
-// software path on sm_80). A BF16 q then takes F16 -> F32 (exact) and the
-// F32s' top halves: FP8 values have at most 4 significant bits, so the
-// BF16 truncation is exact (NaN stays NaN, inf stays inf).
+// software path on sm_80; the FP8 K/V units are built for sm_89+ only).
+// T = BF16 (a BF16 P V, kFp8PvInF16 false; the products run in F16 now)
+// then takes F16 -> F32 (exact) and the F32s' top halves: FP8 values have
+// at most 4 significant bits, so the BF16 truncation is exact (NaN stays
+// NaN, inf stays inf).
 // ---------------------------------------------------------------------------
 template <class T>
 struct Fp8Pairs {
@@ -680,6 +683,86 @@ struct Fp8Pairs {
 };
 
 // ---------------------------------------------------------------------------
+// QRowsToF16: a BF16 q's rows as F16, so that S = Q K^T over an FP8 cache
+// runs in F16 for either q dtype (WarpQKFp8): K's conversion is then one
+// cvt (e4m3) or prmt (e5m2) per FP8 pair, not that plus F16 -> F32 ->
+// BF16. Once per work tile, in place in the (swizzled, 16-bit) Q tile, each
+// warp its own rows: row r is scaled by 2^-e(r), e(r) = E - 14 for the
+// largest finite |q| of the row in [2^E, 2^(E+1)), so that it lands in
+// [2^14, 2^15) and every value of the row within 2^-14 of it (BF16 has 8
+// significant bits, F16 11) is exact in F16; smaller ones fall into F16's
+// subnormals and lose what is below 2^-24 after the scale, i.e. < 2^-38 of
+// the row's max per element (round to nearest). e >= -126 (so 2^e and 2^-e
+// are normal F32s): a row whose max is below 2^-112 is scaled by 2^126,
+// losing only what is below 2^-150, which no F32 holds. NaN and inf stay
+// NaN and inf (the max is over finite values). The caller multiplies row
+// r's scores by 2^e(r) times the score factor (a power of two times a
+// float: exact while in F32's normal range). Two lanes per row (each
+// half of the row's 16-byte chunks); the rows' factors then go to the lanes
+// that hold them in the S accumulator (rows l / 4 and l / 4 + 8 of each
+// m16 slice).
+// ---------------------------------------------------------------------------
+template <class Cfg>
+struct QRowsToF16 {
+  static constexpr int kChunks = Cfg::kHeadDim / 8;  // 16-byte chunks of a row
+  static_assert(kChunks % 2 == 0, "two lanes per row, half of the chunks each");
+  // Magnitude bits of a BF16 (low half of x) if finite, else 0.
+  __device__ __forceinline__ static uint32_t finite_mag(uint32_t x) {
+    const uint32_t m = x & 0x7fffu;
+    return m < 0x7f80u ? m : 0u;
+  }
+  __device__ __forceinline__ static uint32_t to_f16(uint32_t w, float down) {
+    const __half2 h = __floats2half2_rn(__uint_as_float(w << 16) * down, __uint_as_float(w & 0xffff0000u) * down);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+  // factor[ms][h]: 2^e of row l / 4 + 8h of slice ms (lane l). row_warp:
+  // the warp's group of rows. Key warps (Cfg::kKeyWarps > 1) share the
+  // rows: all of them read and find the factors, key warp 0 writes, and
+  // the whole CTA calls this (its barriers).
+  __device__ static void run(unsigned char* smem, int row_warp, int key_warp, int lane,
+                             float (&factor)[Cfg::kMSlices][2]) {
+    uint4 u[Cfg::kMSlices][kChunks / 2];
+    float down[Cfg::kMSlices];
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+      const int row = row_warp * Cfg::kRowsPerWarp + ms * 16 + (lane >> 1);
+      uint32_t mx = 0;
+#pragma unroll
+      for (int i = 0; i < kChunks / 2; ++i) {
+        u[ms][i] = *reinterpret_cast<const uint4*>(smem + swizzle<Cfg::kPitch>(row, 2 * i + (lane & 1)));
+        const uint32_t words[4] = {u[ms][i].x, u[ms][i].y, u[ms][i].z, u[ms][i].w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) mx = max(mx, max(finite_mag(words[k]), finite_mag(words[k] >> 16)));
+      }
+      mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      // The max's exponent field f (0 for a zero or subnormal max):
+      // max < 2^(f - 126), so e = f - 141 puts it in [2^14, 2^15).
+      const int e = max(static_cast<int>(mx >> 7) - 141, -126);
+      down[ms] = __uint_as_float(static_cast<uint32_t>(127 - e) << 23);  // 2^-e
+      const float up = __uint_as_float(static_cast<uint32_t>(127 + e) << 23);  // 2^e
+#pragma unroll
+      for (int h = 0; h < 2; ++h) factor[ms][h] = __shfl_sync(0xffffffffu, up, 2 * ((lane >> 2) + 8 * h));
+    }
+    if constexpr (Cfg::kKeyWarps > 1) __syncthreads();  // every key warp has read the BF16 rows
+    if (key_warp == 0) {
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+        const int row = row_warp * Cfg::kRowsPerWarp + ms * 16 + (lane >> 1);
+#pragma unroll
+        for (int i = 0; i < kChunks / 2; ++i) {
+          const uint4 x = u[ms][i];
+          *reinterpret_cast<uint4*>(smem + swizzle<Cfg::kPitch>(row, 2 * i + (lane & 1))) =
+              make_uint4(to_f16(x.x, down[ms]), to_f16(x.y, down[ms]), to_f16(x.z, down[ms]), to_f16(x.w, down[ms]));
+        }
+      }
+    }
+    // The converted rows, before any lane reads another's chunks.
+    if constexpr (Cfg::kKeyWarps > 1) __syncthreads();
+    else __syncwarp();
+  }
+};
+
+// ---------------------------------------------------------------------------
 // WarpQKFp8: s[ms][nt] = Q[rows of slice ms] . K[keys of n8 tile nt]^T with
 // K raw FP8 (Fp8KvTile). The sum over the head dim may visit the dims in
 // any order that Q and K agree on; this one makes each fragment one plain
@@ -690,13 +773,19 @@ struct Fp8Pairs {
 // then are: step A (k 2q, 2q+1 <- dims +0, +1; k 2q+8, 2q+9 <- dims +2, +3)
 // a = {x.x, y.x, x.y, y.y}, b = {pair(u.x: bytes 0, 1), pair(u.x: 2, 3)};
 // step B (dims +4..7) a = {x.z, y.z, x.w, y.w}, b from u.y alike.
+// In F16 whatever q's dtype: a BF16 q's tile holds F16 rows by then
+// (QRowsToF16), so K converts to F16 only (Fp8Pairs<__half>).
 // ---------------------------------------------------------------------------
-template <class T, class Cfg>
+template <class Cfg>
 struct WarpQKFp8 {
   using Acc = float[Cfg::kMSlices][Cfg::kNTiles][4];
   using Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  using T = __half;
+  // warp: the warp's group of rows; key0: its first key of the tile
+  // (Cfg::kKeyWarps > 1: its share), kNTiles n8 tiles from there.
   template <__nv_fp8_interpretation_t kKind>
-  __device__ static void run(Acc& s, const unsigned char* sQ, const unsigned char* sK, int warp, int lane) {
+  __device__ static void run(Acc& s, const unsigned char* sQ, const unsigned char* sK, int warp, int key0,
+                             int lane) {
     using P = Fp8Pairs<T>;
     const int q = lane & 3;
     const int row = warp * Cfg::kRowsPerWarp + (lane >> 2);
@@ -711,7 +800,7 @@ struct WarpQKFp8 {
 #pragma unroll
       for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
         const uint2 u =
-            *reinterpret_cast<const uint2*>(sK + Tile::at(nt * 8 + (lane >> 2), 2 * j + (q >> 1)) + 8 * (q & 1));
+            *reinterpret_cast<const uint2*>(sK + Tile::at(key0 + nt * 8 + (lane >> 2), 2 * j + (q >> 1)) + 8 * (q & 1));
         const uint32_t b0 = P::template pair<kKind, 0, 1>(u.x), b1 = P::template pair<kKind, 2, 3>(u.x);
         const uint32_t b2 = P::template pair<kKind, 0, 1>(u.y), b3 = P::template pair<kKind, 2, 3>(u.y);
 #pragma unroll
@@ -752,9 +841,10 @@ template <class T, class Cfg>
 struct WarpPVFp8 {
   using Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
   using Pv = std::conditional_t<kFp8PvInF16, __half, T>;  // the product's 16-bit type
+  // key0: the warp's first key of the tile (its share: kNTiles n8 tiles).
   template <__nv_fp8_interpretation_t kKind, bool kGuarded>
   __device__ static void run(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
-                             const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV, int lane) {
+                             const float (&p)[Cfg::kMSlices][Cfg::kNTiles][4], uint32_t sV, int key0, int lane) {
     using P = Fp8Pairs<Pv>;
     using NF = NonFiniteV<Pv>;
     constexpr uint32_t kOnes = NF::kOne | (NF::kOne << 16);
@@ -763,14 +853,14 @@ struct WarpPVFp8 {
     const int key = (lane & 7) + (((lane >> 3) & 1) << 3);
     const int half = lane >> 4;
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    for (int kk = 0; kk < Cfg::kNTiles / 2; ++kk) {
       uint32_t pf[Cfg::kMSlices][4], pw[Cfg::kMSlices][4];
       pack_p_step<Pv, Cfg>(p, kk, pf);
       if constexpr (kGuarded) pack_p_weights<Pv, Cfg>(p, kk, pw);
 #pragma unroll
       for (int cp = 0; cp < Cfg::kHeadDim / 32; ++cp) {
         uint32_t r[4];
-        ldmatrix_x4_trans(r, sV + Tile::at(16 * kk + key, 2 * cp + half));
+        ldmatrix_x4_trans(r, sV + Tile::at(key0 + 16 * kk + key, 2 * cp + half));
         // n8 tiles 4cp + {0, 1, 2, 3}: chunk 2cp even / odd dims, chunk
         // 2cp + 1 even / odd dims; b0b1 from keys 0..7, b2b3 from 8..15.
         uint32_t b[4][2];
@@ -852,29 +942,35 @@ struct Epilogue {
   using Softmax = OnlineSoftmax<Cfg::kMSlices, Cfg::kNTiles, Cfg::kDTiles>;
 
   // score_log2: the unit's FwdParams::score_log2 (descales folded in).
+  // warp: the warp's group of rows. owner: whether this warp's o, m, l are
+  // its rows' (false for key warps > 0, merged into key warp 0's: they only
+  // keep the barriers and help with the coalesced store).
   template <bool kServing>
   __device__ static void run(const FwdParams& p, const BlockWork<Cfg, kServing>& w,
                              float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm, float score_log2,
-                             unsigned char* smem, int warp, int lane, int tid) {
+                             unsigned char* smem, int warp, int lane, int tid, bool owner = true) {
     const int row_local0 = warp * Cfg::kRowsPerWarp + (lane >> 2);  // the lane's first tile row
     const float lse_scale = score_log2 * kLn2;  // raw-score units of m -> natural units
 
     if (p.num_splits > 1) {
-      store_split_partials<Cfg::kMSlices, Cfg::kDTiles, Cfg::kHeadDim>(p, w, w.m0 + row_local0, o, sm.m, sm.l,
-                                                                       lse_scale, lane);
+      if (owner)
+        store_split_partials<Cfg::kMSlices, Cfg::kDTiles, Cfg::kHeadDim>(p, w, w.m0 + row_local0, o, sm.m, sm.l,
+                                                                         lse_scale, lane);
       return;
     }
 
     float lse[Cfg::kMSlices][2];
     finalize_rows(o, sm.m, sm.l, lse_scale, lse);
-    if constexpr (kServing)
-      store_lse(p, w, w.epilogue_seq(p), lse, w.m0 + row_local0, lane);
-    else
-      store_lse(p, w, lse, w.m0 + row_local0, lane);
+    if (owner) {
+      if constexpr (kServing)
+        store_lse(p, w, w.epilogue_seq(p), lse, w.m0 + row_local0, lane);
+      else
+        store_lse(p, w, lse, w.m0 + row_local0, lane);
+    }
 
     // Registers -> shared (the Q tile; every warp is past its last Q read).
     __syncthreads();
-    stage_fragment<T, Cfg::kPitch>(smem, o, row_local0, lane);
+    if (owner) stage_fragment<T, Cfg::kPitch>(smem, o, row_local0, lane);
     __syncthreads();
     // Shared -> global, 16 bytes per thread, rows past the unit's end skipped.
     T* out = static_cast<T*>(p.o) + w.o_offset(p);
@@ -889,6 +985,65 @@ struct Epilogue {
         tid);
   }
 };
+
+// ---------------------------------------------------------------------------
+// merge_key_warps (Cfg::kKeyWarps > 1): the key warps of one group of rows
+// each hold o, m, l over their share of every key tile (the same rows and
+// dims in the same fragment places); key warp 0 takes the others' in, each
+// rescaled to the larger max as the split combine does: m = max(m_g),
+// o = sum 2^((m_g - m) c) o_g, l likewise (a state that saw no key, m_g =
+// -inf, weighs 0). l must be finished (full row sums). Through the raw
+// stages (free after the key loop: the caller waited for every copy), one
+// float per lane and value, lane-minor (no bank conflicts). All threads call
+// it (two barriers).
+// ---------------------------------------------------------------------------
+template <class Cfg, class Softmax>
+__device__ void merge_key_warps(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Softmax& sm, float c, float* buf,
+                                int key_warp, int lane) {
+  constexpr int kValues = Cfg::kMSlices * (4 + 4 * Cfg::kDTiles);  // m, l (2 rows each) and o per slice
+  __syncthreads();  // every warp is past its last read of the stages
+  if (key_warp > 0) {
+    float* out = buf + (key_warp - 1) * kValues * 32 + lane;
+    int i = 0;
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        out[32 * i++] = sm.m[ms][hh];
+        out[32 * i++] = sm.l[ms][hh];
+      }
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) out[32 * i++] = o[ms][dt][e];
+    }
+  }
+  __syncthreads();
+  if (key_warp != 0) return;
+#pragma unroll 1
+  for (int g = 1; g < Cfg::kKeyWarps; ++g) {
+    const float* in = buf + (g - 1) * kValues * 32 + lane;
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+      const int at = ms * (4 + 4 * Cfg::kDTiles);
+      float a[2], b[2];
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const float mg = in[32 * (at + 2 * hh)], lg = in[32 * (at + 2 * hh + 1)];
+        const float m = fmaxf(sm.m[ms][hh], mg);
+        a[hh] = sm.m[ms][hh] == kNegInf ? 0.f : exp2f(sm.m[ms][hh] * c - m * c);
+        b[hh] = mg == kNegInf ? 0.f : exp2f(mg * c - m * c);
+        sm.m[ms][hh] = m;
+        sm.l[ms][hh] = a[hh] * sm.l[ms][hh] + b[hh] * lg;
+      }
+#pragma unroll
+      for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          o[ms][dt][e] = a[e >> 1] * o[ms][dt][e] + b[e >> 1] * in[32 * (at + 4 + 4 * dt + e)];
+    }
+  }
+}
 
 // ---------------------------------------------------------------------------
 // The kernel: one CTA = kBlockM query rows of one (batch, head), one key split.
@@ -937,6 +1092,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   static_assert(!(kFp8Kv && kAllOps), "the FP8 K/V kernels run no bias or ALiBi");
   static_assert(Cfg::kStages == 2, "the wait_group counts below assume two stages");
   using KvT = std::conditional_t<kFp8Kv, uint8_t, T>;  // K/V elements in global memory
+  // Q K^T over FP8 K/V runs in F16; a BF16 q's rows are converted and
+  // scaled first (QRowsToF16).
+  constexpr bool kQkRowScaled = kFp8Kv && std::is_same<T, __nv_bfloat16>::value;
   extern __shared__ __align__(128) unsigned char smem[];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The split combine, a programmatic dependent launch on sm_90
@@ -947,6 +1105,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
+  // Its group of rows, and (FP8 tiles with key warps, Cfg::kKeyWarps > 1)
+  // its share of each key tile: keys [key0, key0 + kKeysPerWarp).
+  const int row_warp = Cfg::kKeyWarps > 1 ? warp % Cfg::kWarps : warp;
+  const int key_warp = Cfg::kKeyWarps > 1 ? warp / Cfg::kWarps : 0;
+  const int key0 = key_warp * Cfg::kKeysPerWarp;
 
   const BlockWork<Cfg, kServing> w = BlockWork<Cfg, kServing>::make(p);
   if (w.empty()) return;  // CTA-uniform, before any barrier
@@ -1072,7 +1235,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // prologue commits B[t_begin] first.
   using Bias = BiasTile<Cfg>;
   const bool staged = kAllOps && !kFp8Kv && p.softcap_out == 0.f && Bias::usable(p);  // CTA-uniform
-  const int row0 = w.m0 + warp * Cfg::kRowsPerWarp;  // the warp's first row
+  const int row0 = w.m0 + row_warp * Cfg::kRowsPerWarp;  // the warp's first row
   // After the staged block-table entries in a paged kernel (tile_config.h).
   const uint32_t sBias = smem_u32(smem) + Cfg::bias_offset(kPaged && !kFp8Kv) + warp * Bias::kWarpBytes;
   if (staged) {
@@ -1146,6 +1309,32 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // more warps than a decode unit has rows (Sm80Tuning::NarrowFp8Kv is one
   // warp today) lets the others only load K/V and keep the barriers.
   const bool computes = !kFp8Kv || row0 <= w.m_last;
+  // A BF16 q over an FP8 cache: its rows become F16 once Q has landed (Q
+  // and K[t_begin] are the first group; one more barrier per work tile),
+  // each scaled by 2^-e(r) (QRowsToF16). Row r's scores then take 2^e(r)
+  // times the whole score factor at once: softcap's input scale, or else
+  // the softmax's raw-score -> log2 factor with a negative descale's sign
+  // (which then reads 1: the scores arrive in log2 units). Not 2^e(r)
+  // first: with |q| near BF16's top (2^100 rows 2^24 apart) Q K^T itself
+  // passes F32's range before the descales bring it back (H200, 93daef5:
+  // NaN rows at logits ~1e7). 2^e(r) times the factor is exact unless it
+  // leaves F32's normal range (a row's max |q| below ~2^-100 under a score
+  // factor below 1: logits ~0, a uniform row either way).
+  [[maybe_unused]] float q_row_factor[Cfg::kMSlices][2];
+  if constexpr (kQkRowScaled) {
+    cp_async_wait<2 * kRawStages - 3>();
+    __syncthreads();  // every thread's Q chunks (the copies spread rows over warps)
+    if (computes || Cfg::kKeyWarps > 1) {  // key warps: every warp (barriers inside; they all compute)
+      QRowsToF16<Cfg>::run(smem, row_warp, key_warp, lane, q_row_factor);
+      const float f = kSoftcap ? cap_in : negate ? -score_log2 : score_log2;
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) q_row_factor[ms][h] *= f;
+    }
+    if constexpr (kSoftcap) cap_in = 1.f;
+    else score_log2 = 1.f;
+  }
   [[maybe_unused]] int raw_stage = 0;  // kFp8Kv: (t - t_begin) % kRawStages
   for (int t = w.t_begin; t < w.t_end; ++t) {
     const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
@@ -1209,13 +1398,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       if constexpr (kFp8Kv) {
         const unsigned char* sKr = smem + rawK + raw_stage * kRawBytes;
         if (e4m3)
-          WarpQKFp8<T, Cfg>::template run<__NV_E4M3>(s, smem, sKr, warp, lane);
+          WarpQKFp8<Cfg>::template run<__NV_E4M3>(s, smem, sKr, row_warp, key0, lane);
         else
-          WarpQKFp8<T, Cfg>::template run<__NV_E5M2>(s, smem, sKr, warp, lane);
+          WarpQKFp8<Cfg>::template run<__NV_E5M2>(s, smem, sKr, row_warp, key0, lane);
       } else {
         WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
       }
-      if (negate) {  // a negative q_descale * k_descale (CTA-uniform)
+      if constexpr (kQkRowScaled) {  // the rows' 2^e(r) times the score factor (see q_row_factor)
+#pragma unroll
+        for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+          for (int nt = 0; nt < Cfg::kNTiles; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[ms][nt][e] *= q_row_factor[ms][e >> 1];
+      } else if (negate) {  // a negative q_descale * k_descale (CTA-uniform)
 #pragma unroll
         for (int ms = 0; ms < Cfg::kMSlices; ++ms)
 #pragma unroll
@@ -1231,7 +1427,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       if (biased && softcapped)
         ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::add_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p), 1.f, row0,
                                                          n0, lane);
-      if (edge) ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0, lane);
+      if (edge)
+        ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::apply(s, p, w.len_k(p), w.diag_offset(p), row0, n0 + key0, lane);
       sm.update(s, o, kFp8Kv ? score_log2 : p.score_log2);
     }
 
@@ -1260,10 +1457,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         using PV = WarpPVFp8<T, Cfg>;
         const uint32_t sVr = sQ + rawV + raw_stage * kRawBytes;
         if (kGuardNonFiniteV && guard)
-          e4m3 ? PV::template run<__NV_E4M3, true>(o, s, sVr, lane) : PV::template run<__NV_E5M2, true>(o, s, sVr, lane);
+          e4m3 ? PV::template run<__NV_E4M3, true>(o, s, sVr, key0, lane)
+               : PV::template run<__NV_E5M2, true>(o, s, sVr, key0, lane);
         else
-          e4m3 ? PV::template run<__NV_E4M3, false>(o, s, sVr, lane)
-               : PV::template run<__NV_E5M2, false>(o, s, sVr, lane);
+          e4m3 ? PV::template run<__NV_E4M3, false>(o, s, sVr, key0, lane)
+               : PV::template run<__NV_E5M2, false>(o, s, sVr, key0, lane);
       } else {
         if (kGuardNonFiniteV && guard)
           warp_pv_guarded<T, Cfg>(o, s, sV + stage, addr);
@@ -1276,6 +1474,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   cp_async_wait<0>();
   if constexpr (kFp8Kv) WarpPVFp8<T, Cfg>::unpermute_o(o, lane);  // WarpPV's dim order for the epilogue
   sm.finish();
+  if constexpr (Cfg::kKeyWarps > 1) {  // the key warps' states into key warp 0's
+    static_assert(Cfg::kSmemQ + (Cfg::kKeyWarps - 1) * Cfg::kMSlices * (4 + 4 * Cfg::kDTiles) * 32 * 4 <=
+                      Cfg::kSmemBytes,
+                  "the key warps' states fit the raw stages");
+    merge_key_warps<Cfg>(o, sm, score_log2, reinterpret_cast<float*>(smem + Cfg::kSmemQ), key_warp, lane);
+  }
   // v_descale multiplies o (and a split's partial o, which the combine
   // sums), never lse.
   if (kFp8Kv && p.v_descale != nullptr) {
@@ -1287,7 +1491,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[ms][dt][e] *= vd;
   }
-  Epilogue<T, Cfg>::run(p, w, o, sm, kFp8Kv ? score_log2 : p.score_log2, smem, warp, lane, tid);
+  Epilogue<T, Cfg>::run(p, w, o, sm, kFp8Kv ? score_log2 : p.score_log2, smem, row_warp, lane, tid, key_warp == 0);
 }
 
 }  // namespace fmha::cuda::sm80

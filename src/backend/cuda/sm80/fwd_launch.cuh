@@ -66,13 +66,12 @@ fmha_status launch_fwd_config(const FwdParams& p, const LaunchArgs& a) {
   }
 }
 
-// An FP8 KV cache runs its own tiles, Fp8KvDecodeTile (decode; per q
-// dtype) and Sm80Tuning::WideFp8Kv (prefill).
+// An FP8 KV cache runs its own tiles, Fp8KvDecodeTile (decode) and
+// Sm80Tuning::WideFp8Kv (prefill).
 template <class T, int kHeadDim, bool kFp8Kv>
 fmha_status launch_fwd(const FwdParams& p, const LaunchArgs& a) {
   using Tuning = Sm80Tuning<kHeadDim>;
-  using Narrow = std::conditional_t<kFp8Kv, Fp8KvDecodeTile<kHeadDim, std::is_same<T, __nv_bfloat16>::value>,
-                                    typename Tuning::Narrow>;
+  using Narrow = std::conditional_t<kFp8Kv, Fp8KvDecodeTile<kHeadDim>, typename Tuning::Narrow>;
   using Wide = std::conditional_t<kFp8Kv, typename Tuning::WideFp8Kv, typename Tuning::Wide>;
   // Dense instantiations: the build's choice per tile (FMHA_SM80_DENSE_KERNELS);
   // the FP8 K/V units keep theirs.

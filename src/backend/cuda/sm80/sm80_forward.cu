@@ -39,13 +39,11 @@ constexpr Shape shape_of(bool score_ops) {  // the most any layout takes
 }
 
 template <int kHeadDim>
-Shape shape_for(bool narrow, bool fp8_kv, bool bf16_q, bool score_ops) {
+Shape shape_for(bool narrow, bool fp8_kv, bool score_ops) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
   score_ops = score_ops && !fp8_kv;  // the FP8 K/V kernels stage no bias
   if (fp8_kv && !narrow) return shape_of<typename Tuning::WideFp8Kv>(score_ops);
-  if (fp8_kv)
-    return bf16_q ? shape_of<sm80::Fp8KvDecodeTile<kHeadDim, true>>(score_ops)
-                  : shape_of<sm80::Fp8KvDecodeTile<kHeadDim, false>>(score_ops);
+  if (fp8_kv) return shape_of<sm80::Fp8KvDecodeTile<kHeadDim>>(score_ops);
   return narrow ? shape_of<typename Tuning::Narrow>(score_ops) : shape_of<typename Tuning::Wide>(score_ops);
 }
 
@@ -130,8 +128,8 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const int64_t pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype), p.dtype == FMHA_DTYPE_BF16,
-                                                      score_ops_of(p) == ScoreOps::kAll);
+    plan.shape =
+        shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype), score_ops_of(p) == ScoreOps::kAll);
   });
   if (!instantiated) return plan;
   plan.grid = fwd_grid(p, pack, plan.shape.block_m);

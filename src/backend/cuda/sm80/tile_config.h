@@ -3,8 +3,6 @@
 // shared memory, split heuristic) both read it, so they cannot disagree.
 #pragma once
 
-#include <type_traits>
-
 #include "backend/cuda/sm80/instances.h"  // generated: the instantiated head dims
 
 namespace fmha::cuda::sm80 {
@@ -21,6 +19,9 @@ struct TileConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;  // __launch_bounds__ register cap
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kStages = 2;
+  // Warps that split each key tile among themselves (Fp8KvTileConfig only).
+  static constexpr int kKeyWarps = 1;
+  static constexpr int kKeysPerWarp = kBlockN;
 
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
   static constexpr int kMSlices = kRowsPerWarp / 16;  // m16 slices per warp
@@ -66,9 +67,21 @@ struct TileConfig {
 // (half a 16-bit stage, so more of them fit), converted in registers after
 // each fragment load (fwd_kernel.cuh: WarpQKFp8, WarpPVFp8). Only the Q
 // tile is 16-bit.
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kRawStages_>
+//
+// kKeyWarps > 1 (an experiment, FMHA_SM80_FP8KV_TILE_D128's fourth field):
+// kKeyWarps warps share each group of rows and split every key tile, warp
+// g taking keys [g kKeysPerWarp, (g + 1) kKeysPerWarp) of it, each with its
+// own running max / sum and O (kNTiles is then a warp's share), merged
+// through shared memory after the key loop (fwd_kernel.cuh: merge_key_warps).
+// Several independent per-tile chains per CTA, one barrier pair per tile.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kRawStages_,
+          int kKeyWarps_ = 1>
 struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_> {
   using Base = TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_>;
+  static constexpr int kKeyWarps = kKeyWarps_;
+  static constexpr int kThreads = kWarps_ * kKeyWarps * 32;
+  static constexpr int kKeysPerWarp = kBlockN_ / kKeyWarps;
+  static constexpr int kNTiles = kKeysPerWarp / 8;  // n8 tiles of S per slice and warp
   static constexpr int kRawStages = kRawStages_;
   static constexpr int kSmemRaw = kBlockN_ * kHeadDim_;  // bytes of one raw K or V stage
   static constexpr int kSmemBytes = Base::kSmemQ + 2 * kRawStages * kSmemRaw;
@@ -79,6 +92,8 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
   __host__ __device__ static constexpr int smem_bytes(bool, bool) { return kSmemBytes; }
 
   static_assert(kRawStages >= 2, "a raw stage in flight while one is read");
+  static_assert(kKeyWarps == 1 || kWarps_ == 1, "key warps split the tile of a one-warp row group");
+  static_assert(kKeysPerWarp % 16 == 0, "each key warp takes whole k16 steps of P V");
   static_assert(kHeadDim_ % 32 == 0, "whole 32-byte (k32) blocks of an FP8 key row");
 };
 
@@ -117,13 +132,11 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
 //   tiles in the same run (kBlockN, CTAs per SM, raw stages): 32, 7, 3
 //   0.50 / 0.73 for BF16 e4m3 but 0.58 / 0.83 for F16 e5m2; 64, 5, 2
 //   0.46 / 0.55; 128, 2, 3 0.25 / 0.28.
-// NarrowFp8KvBf16: the same for a BF16 q, whose K conversion costs three
-//   more instructions per FP8 pair (F16 -> F32 -> BF16): at D=128 the
-//   32-key tile with 7 CTAs per SM, whose extra warps hide more of it
-//   (the run above: BF16 q e4m3 0.50 / 0.73, e5m2 0.53 / 0.79 against
-//   0.50 / 0.61 and 0.56 / 0.70), while an F16 q keeps the 64-key tile
-//   (F16 q on 32 keys: e4m3 0.55 / 0.80, e5m2 0.58 / 0.83, against 0.62 /
-//   0.77 and 0.70 / 0.84). Other head dims: NarrowFp8Kv.
+//   A BF16 q runs the same tile: its Q K^T runs in F16 too (fwd_kernel.cuh:
+//   QRowsToF16), so its K conversion is an F16 q's. Until 2026-12-01 a
+//   BF16 q converted K on to BF16 (three more instructions per FP8 pair)
+//   and took the 32-key, 7-CTA tile at D=128, whose extra warps hid more
+//   of it (BF16 q e4m3 0.50 / 0.73 against 0.50 / 0.61 on 64, 4, 3).
 // WideFp8Kv: prefill over an FP8 cache (units of > 32 rows): the same
 //   warp (16 rows, in-register conversion), four of them sharing each K/V
 //   tile, two CTAs per SM. Run on the decode tile, an FP8 prefill (BF16 q,
@@ -137,7 +150,6 @@ struct Sm80Tuning<32> {
   using Wide = TileConfig<32, 128, 128, 4, 2>;
   using Narrow = TileConfig<32, 16, 128, 1, 3>;
   using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3>;
-  using NarrowFp8KvBf16 = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<32, 64, 128, 4, 2, 3>;
 };
 
@@ -146,7 +158,6 @@ struct Sm80Tuning<64> {
   using Wide = TileConfig<64, 128, 128, 4, 2>;
   using Narrow = TileConfig<64, 16, 128, 1, 3>;
   using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3>;
-  using NarrowFp8KvBf16 = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<64, 64, 128, 4, 2, 3>;
 };
 
@@ -156,27 +167,25 @@ struct Sm80Tuning<96> {
   using Narrow = TileConfig<96, 16, 64, 1, 3>;
   // Unused: no FP8 K/V instantiation at D=96 (Fp8KvTile's swizzle).
   using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;
-  using NarrowFp8KvBf16 = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<96, 64, 64, 4, 2, 3>;
 };
 
 // An experiment's D=128 FP8 tile: FMHA_SM80_FP8KV_TILE_D128 (a CMake cache
-// variable, empty by default) = "kBlockN,kMinBlocksPerSm,kRawStages" of a
-// one-warp 16-row tile, compiled into the FP8 units and the host plan alike
+// variable, empty by default) = "kBlockN,kMinBlocksPerSm,kRawStages[,kKeyWarps]"
+// of a 16-row tile, compiled into the FP8 units and the host plan alike
 // (tools/device/fp8dec.sh compares a few against the default).
-template <int kBlockN, int kMinBlocksPerSm, int kRawStages>
-using Fp8KvTileD128 = Fp8KvTileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kRawStages>;
+template <int kBlockN, int kMinBlocksPerSm, int kRawStages, int kKeyWarps = 1>
+using Fp8KvTileD128 = Fp8KvTileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kRawStages, kKeyWarps>;
 
 template <>
 struct Sm80Tuning<128> {
   using Wide = TileConfig<128, 128, 64, 4, 2>;
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
 #ifdef FMHA_SM80_FP8KV_D128_N
-  using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES>;
-  using NarrowFp8KvBf16 = NarrowFp8Kv;
+  using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES,
+                                    FMHA_SM80_FP8KV_D128_KEY_WARPS>;
 #else
   using NarrowFp8Kv = Fp8KvTileD128<64, 4, 3>;
-  using NarrowFp8KvBf16 = Fp8KvTileD128<32, 7, 3>;
 #endif
   using WideFp8Kv = Fp8KvTileConfig<128, 64, 64, 4, 2, 3>;
 };
@@ -186,21 +195,18 @@ struct Sm80Tuning<256> {
   using Wide = TileConfig<256, 128, 64, 8, 1>;
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
   using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3>;
-  using NarrowFp8KvBf16 = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<256, 64, 32, 4, 2, 3>;
 };
 
-// The FP8 K/V decode tile of head dim D under a BF16 (kBf16Q) or F16 q.
-template <int kHeadDim, bool kBf16Q>
-using Fp8KvDecodeTile = std::conditional_t<kBf16Q, typename Sm80Tuning<kHeadDim>::NarrowFp8KvBf16,
-                                           typename Sm80Tuning<kHeadDim>::NarrowFp8Kv>;
+// The FP8 K/V decode tile of head dim D (either q dtype).
+template <int kHeadDim>
+using Fp8KvDecodeTile = typename Sm80Tuning<kHeadDim>::NarrowFp8Kv;
 
 // Every instantiated head dim (the build's list, FMHA_SM80_INSTANCES) has
 // its tuning, keyed by the right head dim.
 #define FMHA_SM80_TUNED_(D)                                                                        \
   static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D &&   \
-                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D &&                                \
-                    Sm80Tuning<D>::NarrowFp8KvBf16::kHeadDim == D && Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
+                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D && Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
                 "Sm80Tuning<" #D "> is missing or mis-keyed");
 FMHA_SM80_HEAD_DIMS(FMHA_SM80_TUNED_)
 #undef FMHA_SM80_TUNED_
