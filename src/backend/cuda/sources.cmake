@@ -51,6 +51,17 @@ else()
   set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 0)
 endif()
 
+# cuda_sm90_ws's 16-bit plain kernels (issue 8; docs/performance.md says
+# what each measured): the softmax row sums on the tensor core (1) or in
+# FADDs (0), and the L2 budget (MiB) of the work order's bands of (batch,
+# head) units (0: one band).
+set(FMHA_SM90_ROWSUM_MMA "0" CACHE STRING "cuda_sm90_ws: row sums on the P V MMA (1) or in FADDs (0)")
+set(FMHA_SM90_L2_BAND_MIB "0" CACHE STRING "cuda_sm90_ws: L2 budget in MiB of the work order's unit bands (0: none)")
+if(NOT FMHA_SM90_ROWSUM_MMA MATCHES "^[01]$" OR NOT FMHA_SM90_L2_BAND_MIB MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "FMHA_SM90_ROWSUM_MMA (0 or 1) / FMHA_SM90_L2_BAND_MIB (MiB): "
+                      "'${FMHA_SM90_ROWSUM_MMA}' / '${FMHA_SM90_L2_BAND_MIB}'")
+endif()
+
 # cuda_sm80_tc's dense instantiations (16-bit units): each tile (wide:
 # prefill, 128 rows; narrow: decode, 16 rows) has a plain and a softcap
 # kernel that reads no sequence metadata, or runs dense problems in its

@@ -45,6 +45,13 @@ struct TileConfig {
   // same run): causal N=8192 496 vs 512 TFLOP/s, N=16384 518 vs 522,
   // non-causal N=8192 516 vs 521.
   static constexpr bool kGuardNonFiniteV = true;
+  // The plain kernels' softmax row sums on the tensor core: per k16 step of
+  // P V one more wgmma m64n8k16, P against a ones tile in shared memory
+  // (wgmma.cuh, ones_desc), instead of one FADD per probability (64 per
+  // thread and 128-key tile). The sum is then that of the rounded P that
+  // P V multiplies. CMake FMHA_SM90_ROWSUM_MMA (docs/performance.md, "Issue
+  // 8: row sums on the tensor core").
+  static constexpr bool kRowSumMma = FMHA_SM90_ROWSUM_MMA != 0;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
 
@@ -59,10 +66,14 @@ struct TileConfig {
   static constexpr int kMaxBiasStages = 2;
   static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8;
   static constexpr int kSmemMax = 227 * 1024;
+  // With kRowSumMma the ones tile follows the barriers, 128-byte aligned.
+  static constexpr int kOnesBytes = kRowSumMma ? 128 + 256 : 0;
   static constexpr bool kSeparateO =
-      1024 + 2 * kQBytes + 2 * kStages * kKVBytes + kBarrierBytes <= kSmemMax;
+      1024 + 2 * kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + kOnesBytes <= kSmemMax;
+  static constexpr int kOnesOffset =
+      (kQBytes * (kSeparateO ? 2 : 1) + 2 * kStages * kKVBytes + kBarrierBytes + 127) / 128 * 128;
   static constexpr int kSmemBytes =
-      1024 + kQBytes * (kSeparateO ? 2 : 1) + 2 * kStages * kKVBytes + kBarrierBytes;
+      1024 + kQBytes * (kSeparateO ? 2 : 1) + 2 * kStages * kKVBytes + kBarrierBytes + kOnesBytes;
 
   // The score-transform kernel (ScoreOps::kAll) stages a 16-bit bias tensor
   // through the copy engine (fwd_kernel.cuh): per stage, one [64 rows]

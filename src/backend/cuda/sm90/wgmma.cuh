@@ -25,6 +25,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace fmha::cuda::sm90 {
 
@@ -40,6 +41,29 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
   d |= static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
   d |= (swizzle_bytes == 64 ? 2ull : 1ull) << 62;  // layout type: 1 = 128-byte swizzle, 2 = 64-byte
   return d;
+}
+
+// A ones tile as the B operand of m64n8k16 (the row sums of the RS form's A:
+// every column of D is the row's sum): K-major without swizzle, two 8 x 8
+// core matrices of 128 bytes (k 0..7, k 8..15) at LBO = 128 bytes, so the
+// instruction reads kOnesTileBytes from `addr` (16-byte aligned), all 1.0
+// of the 16-bit type (fill_ones_tile).
+constexpr int kOnesTileBytes = 256;
+__device__ __forceinline__ uint64_t ones_desc(uint32_t addr) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>(128 >> 4) << 16;  // LBO: the next core matrix along k
+  d |= static_cast<uint64_t>(128 >> 4) << 32;  // SBO: unused with N = 8
+  return d;                                    // layout type 0: no swizzle
+}
+// Writes the ones tile at `tile` with the threads [0, threads) of the CTA
+// (thread `t`), then fences the generic writes for wgmma's (async proxy)
+// reads; the caller's barrier publishes them to the other threads.
+template <class T>
+__device__ __forceinline__ void fill_ones_tile(unsigned char* tile, int t, int threads) {
+  constexpr uint32_t kOnes = std::is_same<T, __half>::value ? 0x3c003c00u : 0x3f803f80u;  // two 1.0
+  for (int i = t; i < kOnesTileBytes / 4; i += threads) reinterpret_cast<uint32_t*>(tile)[i] = kOnes;
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // The descriptor of the same layout `bytes` further on (a k-step or panel
