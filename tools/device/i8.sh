@@ -1,30 +1,37 @@
 #!/usr/bin/env bash
 # Issue 8: cuda_sm90_ws's 16-bit plain kernel, the candidates of branch
-# issue8-sm90 timed interleaved against the current kernel, on the GPU, from
-# the repository root on the device machine (logs under $OUT, else
-# ./i8-out; 4 files):
+# issue8-sm90 timed interleaved against main's kernel, on the GPU, from the
+# repository root on the device machine (logs under $OUT, else ./i8-out;
+# 4 files):
 #
-#   build.log  two trees (Release, 90-real; sm90 instances f16:128,
-#              bf16:128, f16:64; sm80 f16:128): build-i8/r0 with
-#              FMHA_SM90_ROWSUM_MMA=0 (row sums in FADDs, as main) and
-#              build-i8/r1 with =1 (row sums on the P V MMA); -Xptxas -v,
-#              so the summary counts C7514 (serialized wgmma) and shows the
-#              plain kernels' spills
-#   tests.log  on r1 with FMHA_SM90_L2_BAND_MIB=32 (the variant to make
-#              default): test_sm90 (the ones-tile row sum primitive among
-#              them), then test_gpu's cases that run cuda_sm90_ws's plain
-#              kernels (case matrix, NaN in V, key tiles never read,
-#              serving, bitwise repeat, B x H past a grid dimension)
+#   build.log  one tree (Release, 90-real; sm90 instances f16:128, bf16:128,
+#              f16:64; sm80 f16:128; -Xptxas -v), built once per variant of
+#              the sm90 knobs (a reconfigure rebuilds only what reads them),
+#              each variant's libfmha.so kept under build-i8/var/<v>:
+#                rd  FMHA_SM90_ROWSUM_MMA=1 FMHA_SM90_DESC_ADD32=1 (row sums
+#                    on the P V MMA; wgmma descriptors advanced by 32-bit adds)
+#                d   ROWSUM_MMA=0 DESC_ADD32=1
+#                m   ROWSUM_MMA=0 DESC_ADD32=0 (main's kernel)
+#              and the summary counts C7514 (serialized wgmma) and shows the
+#              plain kernels' spills per variant
+#   tests.log  test_sm90 (the ones-tile row sum among them), then on rd with
+#              FMHA_SM90_L2_BAND_MIB=32 (the candidate default) test_gpu's
+#              cases that run cuda_sm90_ws's plain kernels (case matrix, NaN
+#              in V, key tiles never read, serving, bitwise repeat, B x H
+#              past a grid dimension)
 #   bench.log  bench_cuda --suite seed,noncausal,bf16,d64,gqa --kernels
-#              cuda_sm90_ws --n 4096,8192,16384 for each variant: r0 / r1 x
-#              band 0 / 32 MiB (FMHA_SM90_L2_BAND_MIB: the work order in
-#              bands of units whose K/V fit the budget), 2 interleaved rounds
-#              (errors checked in round 1 for r0b0 and r1b32 only)
+#              cuda_sm90_ws --n 4096,8192,16384 (gqa: B1 Nq512 Nk16384, and
+#              B8 H32/8 N2048) per variant and L2 band budget
+#              (FMHA_SM90_L2_BAND_MIB: the work order in bands of units whose
+#              K/V fit it; 0 = main's order): m-b0 d-b0 rd-b0 d-b32 rd-b32
+#              rd-b16, 3 interleaved rounds (errors checked in round 1 for
+#              m-b0 and rd-b32 only)
 #
 # STAGE=build: configure and build only; STAGE=run: run what was built;
 # unset: both. JOBS (default 16): build parallelism.
 # What it should show: rc=0 everywhere, "0 failed", C7514 0; then one table,
-# TFLOP/s per shape and variant (r1 / r2) and the best variant's cuDNN ratio.
+# TFLOP/s per shape and variant (rounds 1 / 2 / 3), the best variant over
+# m-b0, and cuDNN / fmha of the best (and of m-b0).
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out=${OUT:-$root/i8-out}
@@ -44,18 +51,39 @@ STEP_LINES=40
 
 note "i8.sh $(date -u '+%Y-%m-%d %H:%M UTC') stage $stage, commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 
-configure() {  # configure TREE ROWSUM
-  cmake -S "$root" -B "$bdir/$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF \
+configure() {  # configure ROWSUM DESC32
+  cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF \
     -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF -DFMHA_BUILD_RUST=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real \
     "-DFMHA_SM90_INSTANCES=f16:128;bf16:128;f16:64" "-DFMHA_SM80_INSTANCES=f16:128" \
-    "-DFMHA_SM90_ROWSUM_MMA=$2" "-DCMAKE_CUDA_FLAGS=-Xptxas=-v"
+    "-DFMHA_SM90_ROWSUM_MMA=$1" "-DFMHA_SM90_DESC_ADD32=$2" "-DCMAKE_CUDA_FLAGS=-Xptxas=-v"
+}
+variant() {  # variant NAME ROWSUM DESC32 TARGETS...
+  local name=$1 rowsum=$2 desc=$3
+  shift 3
+  echo "== variant $name: FMHA_SM90_ROWSUM_MMA=$rowsum FMHA_SM90_DESC_ADD32=$desc"
+  configure "$rowsum" "$desc" >/dev/null && cmake --build "$bdir" -j"${JOBS:-16}" --target "$@" || return 1
+  rm -rf "$bdir/var/$name" && mkdir -p "$bdir/var/$name" && cp -a "$bdir"/src/libfmha.so* "$bdir/var/$name/"
 }
 build() {
-  echo "== configure r0, r1"
-  configure r0 0 && configure r1 1 || return 1
-  echo "== build r1 (tests too), then r0"
-  cmake --build "$bdir/r1" -j"${JOBS:-16}" --target fmha bench_cuda test_sm90 test_gpu &&
-    cmake --build "$bdir/r0" -j"${JOBS:-16}" --target fmha bench_cuda
+  variant rd 1 1 fmha bench_cuda test_sm90 test_gpu && variant d 0 1 fmha && variant m 0 0 fmha
+}
+spills() {  # the plain kernels' spills (ScoreOps 0 = kNone: dtype, head dim, serving) per variant
+  python3 - "$1" <<'PY'
+import re, sys
+name, var = None, "?"
+for line in open(sys.argv[1]):
+    v = re.match(r"== variant (\w+)", line)
+    if v:
+        var = v.group(1)
+        continue
+    m = re.search(r"Compiling entry function '_ZN4fmha4cuda4sm9010fwd_kernelI(\w+?)NS1_10TileConfigILi(\d+)E.*ScoreOpsE0ELb(\d)E", line)
+    if m:
+        name = f"{var}: {'f16' if 'half' in m.group(1) else 'bf16'} D{m.group(2)} serving={m.group(3)}"
+        continue
+    if name and "spill" in line:
+        print(f"  {name}: {line.strip()}")
+        name = None
+PY
 }
 if [ "$stage" != run ]; then
   t0=$SECONDS
@@ -64,54 +92,43 @@ if [ "$stage" != run ]; then
     exit 1
   }
   note "build: $((SECONDS - t0)) s; C7514 (serialized wgmma) lines: $(grep -c C7514 "$out/build.log")"
-  # The plain kernels' spills (ScoreOps 0 = kNone: dtype, head dim, serving), r1's then r0's.
-  python3 - "$out/build.log" <<'EOF' | tee -a "$summary"
-import re, sys
-name = None
-for line in open(sys.argv[1]):
-    m = re.search(r"Compiling entry function '(_ZN4fmha4cuda4sm9010fwd_kernelI(\w+?)NS1_10TileConfigILi(\d+)E.*ScoreOpsE0ELb(\d)E\w*)'", line)
-    if m:
-        name = f"{'f16' if 'half' in m.group(2) else 'bf16'} D{m.group(3)} serving={m.group(4)}"
-        continue
-    if name and "spill" in line:
-        print(f"  {name}: {line.strip()}")
-        name = None
-EOF
+  spills "$out/build.log" | tee -a "$summary"
   [ "$stage" = build ] && exit 0
 fi
 
-r0=$bdir/r0
-r1=$bdir/r1
+bench_bin=$bdir/tests/perf/bench_cuda
+[ -x "$bench_bin" ] || bench_bin=$(find "$bdir" -name bench_cuda -type f -perm -u+x | head -1)
 tests() {
   local rc=0
-  echo "== test_sm90 (r1)"
-  FMHA_SM90_L2_BAND_MIB=32 "$r1/tests/test_sm90" || rc=1
-  echo "== test_gpu sm90 plain-kernel cases (r1, band 32 MiB)"
-  FMHA_SM90_L2_BAND_MIB=32 "$r1/tests/test_gpu" -tc="every CUDA kernel over the case matrix,a NaN in V*,key tiles outside*,serving: ragged*,serving: seqused_k*,serving: paged K/V*,two runs are bitwise equal,more batch x heads*" || rc=1
+  echo "== test_sm90"
+  "$bdir/tests/test_sm90" || rc=1
+  echo "== test_gpu sm90 plain-kernel cases (rd, band 32 MiB)"
+  LD_LIBRARY_PATH="$bdir/var/rd" FMHA_SM90_L2_BAND_MIB=32 "$bdir/tests/test_gpu" \
+    -tc="every CUDA kernel over the case matrix,a NaN in V*,key tiles outside*,serving: ragged*,serving: seqused_k*,serving: paged K/V*,two runs are bitwise equal,more batch x heads*" ||
+    rc=1
   return $rc
 }
 step tests "$out/tests.log" tests || status=1
 
 benches() {
-  local rc=0
-  for round in 1 2; do
-    for v in r0:0 r1:0 r0:32 r1:32; do
-      local tree=${v%%:*} band=${v##*:} chk=--no-check
-      [ "$round" = 1 ] && { [ "$v" = r0:0 ] || [ "$v" = r1:32 ]; } && chk=""
-      echo "== round $round variant ${tree}b$band"
-      FMHA_SM90_L2_BAND_MIB=$band "$bdir/$tree/tests/perf/bench_cuda" --suite seed,noncausal,bf16,d64,gqa \
-        --kernels cuda_sm90_ws --n 4096,8192,16384 $chk | grep -E '^\| [a-z0-9]+ \| cuda_sm90_ws' || rc=1
+  local rc=0 round v lib band chk
+  for round in 1 2 3; do
+    for v in m:0 d:0 rd:0 d:32 rd:32 rd:16; do
+      lib=${v%%:*} band=${v##*:} chk=--no-check
+      [ "$round" = 1 ] && { [ "$v" = m:0 ] || [ "$v" = rd:32 ]; } && chk=""
+      echo "== round $round variant $lib-b$band"
+      LD_LIBRARY_PATH="$bdir/var/$lib" FMHA_SM90_L2_BAND_MIB=$band "$bench_bin" --suite seed,noncausal,bf16,d64,gqa \
+        --kernels cuda_sm90_ws --n 4096,8192,16384 $chk | grep -E '^\| [a-z0-9]+ \| cuda_sm90_ws|FAIL' || rc=1
     done
   done
   return $rc
 }
-bench_bin=$(find "$r0" -name bench_cuda -type f -perm -u+x | head -1)
-[ -n "$bench_bin" ] && [ "$bench_bin" != "$r0/tests/perf/bench_cuda" ] && note "bench_cuda at $bench_bin (script expects tests/perf)"
 step bench "$out/bench.log" benches || status=1
 
-# One table: per shape, TFLOP/s of each variant in rounds 1 / 2, and the
-# cuDNN ratio (cuDNN ms / fmha ms, stored peer times) of the best median.
-python3 - "$out/bench.log" <<'EOF' | tee -a "$summary"
+# One table: per shape, TFLOP/s of each variant in rounds 1 / 2 / 3, the
+# best variant's mean over m-b0's, and cuDNN / fmha (the bench's stored
+# cuDNN times) at the best variant's mean (and at m-b0's).
+python3 - "$out/bench.log" <<'PY' | tee -a "$summary"
 import re, sys
 rows, order, variants = {}, [], []
 cur = None
@@ -129,25 +146,27 @@ for line in open(sys.argv[1]):
     try: cud = float(f[16])
     except ValueError: cud = None
     rows[key].setdefault(cur[1], {})[cur[0]] = (tf, cud, f[13])
-print("| shape | " + " | ".join(variants) + " | best / r0b0 | cuDNN ratio of best (r0b0) |")
+base_v = "m-b0"
+print("| shape | " + " | ".join(variants) + " | best / m-b0 | cuDNN / fmha, best (m-b0) |")
 print("|---" * (len(variants) + 3) + "|")
 for k in order:
     cells, means = [], {}
     for v in variants:
         r = rows[k].get(v, {})
-        tfs = [r[i][0] for i in (1, 2) if i in r]
+        tfs = [r[i][0] for i in (1, 2, 3) if i in r]
         cells.append(" / ".join(f"{t:.1f}" for t in tfs) or "-")
         if tfs: means[v] = sum(tfs) / len(tfs)
-    base = means.get("r0b0")
+    base = means.get(base_v)
     best = max(means, key=means.get) if means else None
     ratio = f"{best} {means[best] / base:.3f}" if best and base else "-"
     def cud(v):
         r = rows[k].get(v, {})
-        vals = [r[i][1] * means[v] / r[i][0] for i in (1, 2) if i in r and r[i][1]]
-        return f"{vals[0]:.3f}" if vals else "-"
-    print(f"| {k} | " + " | ".join(cells) + f" | {ratio} | {cud(best) if best else '-'} ({cud('r0b0') if base else '-'}) |")
-print("(rel_l2 of round 1 per variant: " + "; ".join(
-    f"{v}: " + ",".join(rows[k][v][1][2] for k in order if v in rows[k] and 1 in rows[k][v]) for v in variants) + ")")
-EOF
+        vals = [r[i][1] * means[v] / r[i][0] for i in (1, 2, 3) if i in r and r[i][1]]
+        return f"{vals[0]:.2f}" if vals else "-"
+    print(f"| {k} | " + " | ".join(cells) + f" | {ratio} | {cud(best) if best else '-'} ({cud(base_v) if base else '-'}) |")
+print("(rel_l2 of round 1 where checked: " + "; ".join(
+    f"{v}: " + ",".join(rows[k][v][1][2] for k in order if v in rows[k] and 1 in rows[k][v]) for v in variants
+    if any(v in rows[k] and 1 in rows[k][v] and rows[k][v][1][2] != "-" for k in order)) + ")")
+PY
 note "status $status"
 exit $status

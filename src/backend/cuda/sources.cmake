@@ -53,13 +53,15 @@ endif()
 
 # cuda_sm90_ws's 16-bit plain kernels (issue 8; docs/performance.md says
 # what each measured): the softmax row sums on the tensor core (1) or in
-# FADDs (0), and the L2 budget (MiB) of the work order's bands of (batch,
-# head) units (0: one band).
+# FADDs (0), the L2 budget (MiB) of the work order's bands of (batch, head)
+# units (0: one band), and the wgmma descriptors' 32-bit advance.
 set(FMHA_SM90_ROWSUM_MMA "0" CACHE STRING "cuda_sm90_ws: row sums on the P V MMA (1) or in FADDs (0)")
 set(FMHA_SM90_L2_BAND_MIB "0" CACHE STRING "cuda_sm90_ws: L2 budget in MiB of the work order's unit bands (0: none)")
-if(NOT FMHA_SM90_ROWSUM_MMA MATCHES "^[01]$" OR NOT FMHA_SM90_L2_BAND_MIB MATCHES "^[0-9]+$")
-  message(FATAL_ERROR "FMHA_SM90_ROWSUM_MMA (0 or 1) / FMHA_SM90_L2_BAND_MIB (MiB): "
-                      "'${FMHA_SM90_ROWSUM_MMA}' / '${FMHA_SM90_L2_BAND_MIB}'")
+set(FMHA_SM90_DESC_ADD32 "1" CACHE STRING "cuda_sm90_ws: wgmma descriptors advanced by a 32-bit add (1) or 64-bit (0)")
+if(NOT FMHA_SM90_ROWSUM_MMA MATCHES "^[01]$" OR NOT FMHA_SM90_L2_BAND_MIB MATCHES "^[0-9]+$" OR
+   NOT FMHA_SM90_DESC_ADD32 MATCHES "^[01]$")
+  message(FATAL_ERROR "FMHA_SM90_ROWSUM_MMA (0 or 1) / FMHA_SM90_L2_BAND_MIB (MiB) / FMHA_SM90_DESC_ADD32 (0 or 1): "
+                      "'${FMHA_SM90_ROWSUM_MMA}' / '${FMHA_SM90_L2_BAND_MIB}' / '${FMHA_SM90_DESC_ADD32}'")
 endif()
 
 # cuda_sm80_tc's dense instantiations (16-bit units): each tile (wide:
