@@ -42,15 +42,6 @@ set(FMHA_SM90_INSTANCES
   "f16:64;f16:128;f16:256;bf16:64;bf16:128;bf16:256;e4m3:128"
   CACHE STRING "cuda_sm90_ws instantiations, dtype:head_dim pairs (dtype f16, bf16, e4m3 or e5m2)")
 
-# Benchmarking builds only: the sm90 FP8 units also compile the candidate tile
-# configs that FMHA_SM90_FP8_TILE picks at run time (fp8_tile_config.h).
-option(FMHA_SM90_FP8_EXPERIMENTS "cuda_sm90_ws FP8: compile the candidate tile configs too" OFF)
-if(FMHA_SM90_FP8_EXPERIMENTS)
-  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 1)
-else()
-  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 0)
-endif()
-
 # cuda_sm90_ws's 16-bit plain kernels (issue 8; docs/performance.md says
 # what each measured): the softmax row sums on the tensor core (1) or in
 # FADDs (0), the L2 budget (MiB) of the work order's bands of (batch, head)
@@ -62,6 +53,15 @@ if(NOT FMHA_SM90_ROWSUM_MMA MATCHES "^[01]$" OR NOT FMHA_SM90_L2_BAND_MIB MATCHE
    NOT FMHA_SM90_DESC_ADD32 MATCHES "^[01]$")
   message(FATAL_ERROR "FMHA_SM90_ROWSUM_MMA (0 or 1) / FMHA_SM90_L2_BAND_MIB (MiB) / FMHA_SM90_DESC_ADD32 (0 or 1): "
                       "'${FMHA_SM90_ROWSUM_MMA}' / '${FMHA_SM90_L2_BAND_MIB}' / '${FMHA_SM90_DESC_ADD32}'")
+endif()
+
+# Benchmarking builds only: the sm90 FP8 units also compile the candidate tile
+# configs that FMHA_SM90_FP8_TILE picks at run time (fp8_tile_config.h).
+option(FMHA_SM90_FP8_EXPERIMENTS "cuda_sm90_ws FP8: compile the candidate tile configs too" OFF)
+if(FMHA_SM90_FP8_EXPERIMENTS)
+  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 1)
+else()
+  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 0)
 endif()
 
 # cuda_sm80_tc's dense instantiations (16-bit units): each tile (wide:

@@ -440,25 +440,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     wgmma_commit();
   };
-  // kRowSum, where pv_guarded ran P V instead: the row sums of P on the
-  // CUDA cores (the quad's lanes hold a row's keys), added to lsum's.
-  auto sum_p_rows = [&] {
-    float r[2] = {0.f, 0.f};
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 x = unpack2<T>(pf[kk][i]);
-        r[i % 2] += x.x + x.y;
-      }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      r[hh] += __shfl_xor_sync(0xffffffffu, r[hh], 1);
-      r[hh] += __shfl_xor_sync(0xffffffffu, r[hh], 2);
-      lsum[2 * hh] += r[hh];
-      lsum[2 * hh + 1] += r[hh];
-    }
-  };
   auto pack_p = [&] {
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
@@ -565,6 +546,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return v_nonfinite(ps.stage, ps.phase);
   };
 
+  // kRowSum, where pv_guarded ran P V instead: the row sums of P on the
+  // CUDA cores (the quad's lanes hold a row's keys), added to lsum's.
+  auto sum_p_rows = [&] {
+    float r[2] = {0.f, 0.f};
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 x = unpack2<T>(pf[kk][i]);
+        r[i % 2] += x.x + x.y;
+      }
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      r[hh] += __shfl_xor_sync(0xffffffffu, r[hh], 1);
+      r[hh] += __shfl_xor_sync(0xffffffffu, r[hh], 2);
+      lsum[2 * hh] += r[hh];
+      lsum[2 * hh + 1] += r[hh];
+    }
+  };
   // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the
   // previous consumer in the ring (cw - 1 mod n) completes by arriving.
   // consumer's arrival completes.
