@@ -11,7 +11,8 @@
 #                rd  FMHA_SM90_ROWSUM_MMA=1 FMHA_SM90_DESC_ADD32=1 (row sums
 #                    on the P V MMA; wgmma descriptors advanced by 32-bit adds)
 #                d   ROWSUM_MMA=0 DESC_ADD32=1
-#                m   ROWSUM_MMA=0 DESC_ADD32=0 (main's kernel)
+#                m   ROWSUM_MMA=0 DESC_ADD32=0 (main's kernel, but for the
+#                    branch's int key-tile test, 8 instructions per tile)
 #              and the summary counts C7514 (serialized wgmma) and shows the
 #              plain kernels' spills per variant
 #   tests.log  test_sm90 (the ones-tile row sum among them), then on rd with

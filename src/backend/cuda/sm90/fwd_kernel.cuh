@@ -123,7 +123,11 @@ template <class Cfg, bool kServing>
 struct TileWork {
   WorkTile w;
   int m0;         // first unit row (sm90 never packs heads: rows are queries)
-  KeyTiles kt;    // key tiles and the unmasked interior
+  // Key tiles and the unmasked interior, in int (sequences are below
+  // kMaxFwdSeq): the per-tile "unmasked" test is then two 32-bit compares,
+  // not two 64-bit ones with their sign extensions (SASS: 10 -> 4
+  // instructions, twice per key tile).
+  KeyTilesOf<int> kt;
   std::conditional_t<kServing, TileSeq, NoTileSeq> seq;
   __device__ TileWork(const FwdParams& p, int64_t index) {
     w = schedule_tile(p, index);
@@ -139,7 +143,7 @@ struct TileWork {
       seq.k_batch = p.layout.ragged_k() ? 0 : static_cast<int>(w.b);
     }
     const int m_last = min(m0 + Cfg::kBlockM, len_q(p)) - 1;
-    kt = key_tiles(m0, m_last, len_k(p), diag(p), p.window_left, p.window_right, Cfg::kBlockN, w.split,
+    kt = key_tiles<int>(m0, m_last, len_k(p), diag(p), p.window_left, p.window_right, Cfg::kBlockN, w.split,
                    p.num_splits);
   }
   // The sequence's query and key counts and d(i) = i + diag.
