@@ -59,4 +59,17 @@ FMHA_HOST_DEVICE WorkTile schedule_tile(const FwdParams& p, int64_t index) {
   return w;
 }
 
+// The band for FwdParams::unit_band: as many units as read K and V (the
+// keys of every sequence, per KV head, shared by its group's query heads)
+// that fit in budget_bytes together, whole GQA groups, at least one group;
+// 0 (one band) when that covers every unit or the budget is 0.
+inline int64_t unit_band(const FwdParams& p, int elem_bytes, int64_t budget_bytes) {
+  const int64_t kv_head_bytes = 2 * static_cast<int64_t>(p.seq_k) * p.head_dim * elem_bytes;
+  if (budget_bytes <= 0 || kv_head_bytes <= 0) return 0;
+  const int64_t group_units = p.group / p.pack > 1 ? p.group / p.pack : 1;  // units that read one KV head
+  const int64_t kv_heads = budget_bytes / kv_head_bytes;
+  const int64_t band = (kv_heads > 1 ? kv_heads : 1) * group_units;
+  return band < p.units ? band : 0;
+}
+
 }  // namespace fmha::cuda

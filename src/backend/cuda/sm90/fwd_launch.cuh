@@ -60,28 +60,21 @@ inline int bias_map(const Problem& p, CUtensorMap* out) {
   return make_panel_map(t, rows, out) == FMHA_SUCCESS ? rows : 0;
 }
 
-// The work order's bands (common/tile_scheduler.h): as many units as
-// whose K and V (the sequence's keys, per KV head, shared by the group's
-// query heads) fit in `budget_mib`, whole GQA groups; 0 for one band.
-// FMHA_SM90_L2_BAND_MIB (CMake) is the budget; the environment variable of
-// the same name, read once, overrides it (experiments).
-inline int64_t unit_band(const FwdParams& f, int elem_bytes) {
-  static const int64_t budget_mib = [] {
+// The L2 budget of the work order's bands (common/tile_scheduler.h,
+// unit_band), in MiB: FMHA_SM90_L2_BAND_MIB (CMake); the environment
+// variable of the same name, read once, overrides it (experiments).
+inline int64_t l2_band_mib() {
+  static const int64_t mib = [] {
     const char* v = std::getenv("FMHA_SM90_L2_BAND_MIB");
     return v != nullptr && *v != '\0' ? std::atoll(v) : int64_t{FMHA_SM90_L2_BAND_MIB};
   }();
-  const int64_t kv_head_bytes = 2 * static_cast<int64_t>(f.seq_k) * f.head_dim * elem_bytes;
-  if (budget_mib <= 0 || kv_head_bytes <= 0) return 0;
-  const int64_t group_units = f.group / f.pack;  // units that read one KV head
-  const int64_t kv_heads = budget_mib * (int64_t{1} << 20) / kv_head_bytes;
-  const int64_t band = (kv_heads > 1 ? kv_heads : 1) * (group_units > 1 ? group_units : 1);
-  return band < f.units ? band : 0;
+  return mib;
 }
 
 template <class T, class Cfg, ScoreOps kOps, bool kServing>
 fmha_status launch_fwd_kernel(const FwdParams& params, const LaunchArgs& a) {
   FwdParams f = params;
-  f.unit_band = unit_band(f, static_cast<int>(sizeof(T)));
+  f.unit_band = unit_band(f, static_cast<int>(sizeof(T)), l2_band_mib() << 20);
   const Problem& p = *a.problem;
   FwdMaps maps;
   int64_t q_dims[4], kv_dims[4];
