@@ -40,8 +40,8 @@ mkdir -p "$out"
 bdir=${I8_BUILD_DIR:-$root/build-i8}
 summary="$out/summary.txt"
 stage=${STAGE:-all}
-[ "$stage" = run ] || : >"$summary"
 status=0
+self="$root/tools/device/i8.sh"
 command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
 
 # shellcheck source=tools/device/steps.sh
@@ -49,8 +49,6 @@ command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
 STEP_TIMEOUT=300
 STEP_PATTERN='ERROR:|\[doctest\] (test cases|assertions)|^== '
 STEP_LINES=40
-
-note "i8.sh $(date -u '+%Y-%m-%d %H:%M UTC') stage $stage, commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 configure() {  # configure ROWSUM DESC32
   cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF \
@@ -86,17 +84,6 @@ for line in open(sys.argv[1]):
         name = None
 PY
 }
-if [ "$stage" != run ]; then
-  t0=$SECONDS
-  STEP_PATTERN='error:|^== ' step build "$out/build.log" build || {
-    grep -E "error" "$out/build.log" | head -20 | tee -a "$summary"
-    exit 1
-  }
-  note "build: $((SECONDS - t0)) s; C7514 (serialized wgmma) lines: $(grep -c C7514 "$out/build.log")"
-  spills "$out/build.log" | tee -a "$summary"
-  [ "$stage" = build ] && exit 0
-fi
-
 bench_bin=$bdir/tests/perf/bench_cuda
 [ -x "$bench_bin" ] || bench_bin=$(find "$bdir" -name bench_cuda -type f -perm -u+x | head -1)
 tests() {
@@ -109,8 +96,6 @@ tests() {
     rc=1
   return $rc
 }
-step tests "$out/tests.log" tests || status=1
-
 benches() {
   local rc=0 round v lib band chk
   for round in 1 2 3; do
@@ -124,7 +109,31 @@ benches() {
   done
   return $rc
 }
-step bench "$out/bench.log" benches || status=1
+# The steps run under timeout (steps.sh), which runs programs, not shell
+# functions: each step runs this script again with the function's name.
+case ${1:-} in
+  __build | __tests | __benches)
+    "${1#__}"
+    exit
+    ;;
+esac
+
+[ "$stage" = run ] || : >"$summary"
+note "i8.sh $(date -u '+%Y-%m-%d %H:%M UTC') stage $stage, commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
+if [ "$stage" != run ]; then
+  t0=$SECONDS
+  STEP_PATTERN='error:|^== ' step build "$out/build.log" bash "$self" __build || {
+    grep -E "error" "$out/build.log" | head -20 | tee -a "$summary"
+    exit 1
+  }
+  note "build: $((SECONDS - t0)) s; C7514 (serialized wgmma) lines: $(grep -c C7514 "$out/build.log")"
+  spills "$out/build.log" | tee -a "$summary"
+  [ "$stage" = build ] && exit 0
+fi
+
+step tests "$out/tests.log" bash "$self" __tests || status=1
+
+step bench "$out/bench.log" bash "$self" __benches || status=1
 
 # One table: per shape, TFLOP/s of each variant in rounds 1 / 2 / 3, the
 # best variant's mean over m-b0's, and cuDNN / fmha (the bench's stored
