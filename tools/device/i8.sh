@@ -10,6 +10,7 @@
 #              each variant's libfmha.so kept under build-i8/var/<v>:
 #                rd  FMHA_SM90_ROWSUM_MMA=1 FMHA_SM90_DESC_ADD32=1 (row sums
 #                    on the P V MMA; wgmma descriptors advanced by 32-bit adds)
+#                r   ROWSUM_MMA=1 DESC_ADD32=0
 #                d   ROWSUM_MMA=0 DESC_ADD32=1
 #                m   ROWSUM_MMA=0 DESC_ADD32=0 (main's kernel, but for the
 #                    branch's int key-tile test, 8 instructions per tile)
@@ -24,7 +25,7 @@
 #              cuda_sm90_ws --n 4096,8192,16384 (gqa: B1 Nq512 Nk16384, and
 #              B8 H32/8 N2048) per variant and L2 band budget
 #              (FMHA_SM90_L2_BAND_MIB: the work order in bands of units whose
-#              K/V fit it; 0 = main's order): m-b0 d-b0 rd-b0 d-b32 rd-b32
+#              K/V fit it; 0 = main's order): m-b0 d-b0 r-b0 rd-b0 rd-b32
 #              rd-b16, 3 interleaved rounds (errors checked in round 1 for
 #              m-b0 and rd-b32 only)
 #
@@ -64,7 +65,7 @@ variant() {  # variant NAME ROWSUM DESC32 TARGETS...
   rm -rf "$bdir/var/$name" && mkdir -p "$bdir/var/$name" && cp -a "$bdir"/src/libfmha.so* "$bdir/var/$name/"
 }
 build() {
-  variant rd 1 1 fmha bench_cuda test_sm90 test_gpu && variant d 0 1 fmha && variant m 0 0 fmha
+  variant rd 1 1 fmha bench_cuda test_sm90 test_gpu && variant r 1 0 fmha && variant d 0 1 fmha && variant m 0 0 fmha
 }
 spills() {  # the plain kernels' spills (ScoreOps 0 = kNone: dtype, head dim, serving) per variant
   python3 - "$1" <<'PY'
@@ -99,7 +100,7 @@ tests() {
 benches() {
   local rc=0 round v lib band chk
   for round in 1 2 3; do
-    for v in m:0 d:0 rd:0 d:32 rd:32 rd:16; do
+    for v in m:0 d:0 r:0 rd:0 rd:32 rd:16; do
       lib=${v%%:*} band=${v##*:} chk=--no-check
       [ "$round" = 1 ] && { [ "$v" = m:0 ] || [ "$v" = rd:32 ]; } && chk=""
       echo "== round $round variant $lib-b$band"
