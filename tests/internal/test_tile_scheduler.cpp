@@ -65,7 +65,8 @@ void check_order(const FwdParams& p) {
 }  // namespace
 
 TEST_CASE("schedule_tile: every tile once, longest query blocks first, with and without L2 bands") {
-  for (const FwdParams& base : {grid(1, 32, 1, 64, 1), grid(8, 32, 4, 16, 1), grid(3, 5, 5, 7, 3), grid(2, 6, 2, 1, 2)}) {
+  const FwdParams grids[] = {grid(1, 32, 1, 64, 1), grid(8, 32, 4, 16, 1), grid(3, 5, 5, 7, 3), grid(2, 6, 2, 1, 2)};
+  for (const FwdParams& base : grids) {
     for (int64_t band : {int64_t{0}, int64_t{1}, int64_t{3}, base.units - 1, base.units, base.units + 5}) {
       FwdParams p = base;
       p.unit_band = band < 0 ? 0 : band;

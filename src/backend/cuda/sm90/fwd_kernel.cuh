@@ -318,8 +318,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool kScoreOps = kOps != ScoreOps::kNone;
   constexpr bool kAllOps = kOps == ScoreOps::kAll;
   constexpr bool kQInRegs = Cfg::kQInRegs && !kScoreOps;
-  // The row sums on the tensor core (tile_config.h), plain kernels only.
+  // The row sums on the tensor core and the 32-bit descriptor advance
+  // (tile_config.h), plain kernels only (measured there).
   constexpr bool kRowSum = Cfg::kRowSumMma && !kScoreOps;
+  constexpr bool kDesc32 = Cfg::kDescAdd32 && !kScoreOps;
   constexpr int kNTiles = Cfg::kBlockN / 8;
   constexpr int kDTiles = D / 8;
   using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
@@ -414,32 +416,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   };
   auto issue_qk = [&](int stage, uint32_t phase) {
-    const uint64_t dk = desc_advance(desc_k, stage * Cfg::kKVBytes);
+    const uint64_t dk = desc_advance<kDesc32>(desc_k, stage * Cfg::kKVBytes);
     mbar_wait(sm.k_full(stage), phase);
     fence_operands(s_flat);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint64_t b = desc_advance(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32);
+      const uint64_t b = desc_advance<kDesc32>(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32);
       if constexpr (kQInRegs)
         MmaRs<T, Cfg::kBlockN, 0>::run(s_flat, qf[ks], b, ks > 0 ? 1u : kAllOps ? s_init : 0u);
       else
-        MmaSs<T, Cfg::kBlockN, 0, 0>::run(s_flat, desc_advance(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32),
-                                          b, ks > 0 ? 1u : kAllOps ? s_init : 0u);
+        MmaSs<T, Cfg::kBlockN, 0, 0>::run(
+            s_flat, desc_advance<kDesc32>(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32), b,
+            ks > 0 ? 1u : kAllOps ? s_init : 0u);
     }
     wgmma_commit();
   };
   // O += P V of the stage's V tile: k-step kk reads keys 16 kk.. of every
   // panel (LBO = one panel); committed, not waited for.
   auto issue_pv = [&](int stage, uint32_t phase) {
-    const uint64_t dv = desc_advance(desc_v, stage * Cfg::kKVBytes);
+    const uint64_t dv = desc_advance<kDesc32>(desc_v, stage * Cfg::kKVBytes);
     mbar_wait(sm.v_full(stage), phase);
     fence_operands(o_flat);
     if constexpr (kRowSum) fence_operands(lsum);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-      MmaRs<T, D, 1>::run(o_flat, pf[kk], desc_advance(dv, kk * 16 * 128), 1u);
+      MmaRs<T, D, 1>::run(o_flat, pf[kk], desc_advance<kDesc32>(dv, kk * 16 * 128), 1u);
       if constexpr (kRowSum) MmaRs<T, 8, 0>::run(lsum, pf[kk], desc_ones, 1u);
     }
     wgmma_commit();

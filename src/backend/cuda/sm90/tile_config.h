@@ -52,6 +52,13 @@ struct TileConfig {
   // P V multiplies. CMake FMHA_SM90_ROWSUM_MMA (docs/performance.md, "Issue
   // 8: row sums on the tensor core").
   static constexpr bool kRowSumMma = FMHA_SM90_ROWSUM_MMA != 0;
+  // wgmma descriptors advanced by 32-bit adds (wgmma.cuh, desc_advance):
+  // 11-13 instructions fewer per GEMM issue in the steady loop (SASS, D=128),
+  // but with 3 consumers of 160 registers (D=64) ptxas then spills inside
+  // that loop (an STL and 3 LDL around Q K^T's issue, where main has
+  // none), so only the 2-consumer configs take it. CMake
+  // FMHA_SM90_DESC_ADD32.
+  static constexpr bool kDescAdd32 = FMHA_SM90_DESC_ADD32 != 0 && kConsumers_ == 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
 
