@@ -144,7 +144,7 @@ struct TileWork {
     }
     const int m_last = min(m0 + Cfg::kBlockM, len_q(p)) - 1;
     kt = key_tiles<int>(m0, m_last, len_k(p), diag(p), p.window_left, p.window_right, Cfg::kBlockN, w.split,
-                   p.num_splits);
+                        p.num_splits);
   }
   // The sequence's query and key counts and d(i) = i + diag.
   __device__ int len_q(const FwdParams& p) const {
