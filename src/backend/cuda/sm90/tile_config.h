@@ -45,19 +45,20 @@ struct TileConfig {
   // same run): causal N=8192 496 vs 512 TFLOP/s, N=16384 518 vs 522,
   // non-causal N=8192 516 vs 521.
   static constexpr bool kGuardNonFiniteV = true;
-  // The plain kernels' softmax row sums on the tensor core: per k16 step of
-  // P V one more wgmma m64n8k16, P against a ones tile in shared memory
-  // (wgmma.cuh, ones_desc), instead of one FADD per probability (64 per
-  // thread and 128-key tile). The sum is then that of the rounded P that
-  // P V multiplies. CMake FMHA_SM90_ROWSUM_MMA (docs/performance.md, "Issue
-  // 8: row sums on the tensor core").
+  // Two experiments of issue 8, off by default (CMake FMHA_SM90_ROWSUM_MMA,
+  // FMHA_SM90_DESC_ADD32; docs/performance.md, "Issue 8: cuda_sm90_ws's
+  // plain 16-bit kernel toward cuDNN"). kRowSumMma: the plain kernels'
+  // softmax row sums on the tensor core, per k16 step of P V one more wgmma
+  // m64n8k16 of P against a ones tile in shared memory (wgmma.cuh,
+  // ones_desc) instead of one FADD per probability (64 per thread and
+  // 128-key tile); the sum is then that of the rounded P that P V
+  // multiplies. kDescAdd32: wgmma descriptors advanced by 32-bit adds
+  // (wgmma.cuh, desc_advance), 11-13 instructions fewer per GEMM issue in
+  // the steady loop (SASS, D=128); with 3 consumers of 160 registers (D=64)
+  // ptxas then spilled inside that loop, so only 2-consumer configs take
+  // it. H200, FP16/BF16 D=128 causal and not, N=8192-16384, 2 rounds: each
+  // within the run's noise (-2 to +1%) of main's kernel.
   static constexpr bool kRowSumMma = FMHA_SM90_ROWSUM_MMA != 0;
-  // wgmma descriptors advanced by 32-bit adds (wgmma.cuh, desc_advance):
-  // 11-13 instructions fewer per GEMM issue in the steady loop (SASS, D=128),
-  // but with 3 consumers of 160 registers (D=64) ptxas then spills inside
-  // that loop (an STL and 3 LDL around Q K^T's issue, where main has
-  // none), so only the 2-consumer configs take it. CMake
-  // FMHA_SM90_DESC_ADD32.
   static constexpr bool kDescAdd32 = FMHA_SM90_DESC_ADD32 != 0 && kConsumers_ == 2;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
