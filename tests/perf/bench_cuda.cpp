@@ -15,8 +15,8 @@
 //              [--splits n] [--no-check] [--check-all] [--group-ms x]
 // suites: check (correctness matrix, pass/fail), seed (causal FP16 D=128,
 // N=512..32768), bf16, noncausal, d64, dims (causal FP16 D=32, 96, 256),
-// gqa (chunked prefill), decode, large (tensors past 2^31 elements, B*H past
-// 65535), serving (issue 9: BF16 GQA decode over contiguous, seqused_k and
+// gqa (chunked prefill, and a batched B=8 prefill), decode, large (tensors
+// past 2^31 elements, B*H past 65535), serving (issue 9: BF16 GQA decode over contiguous, seqused_k and
 // paged KV caches in TB/s against the device copy bandwidth, and a ragged
 // causal prefill against a dense batch, in TFLOP/s; cuda_sm80_tc unless
 // --kernels names others; with --splits n only the decode cases, each at
@@ -636,6 +636,11 @@ std::vector<Case> perf_cases(const std::string& suite, const std::vector<int64_t
     Case f = c;
     f.dtype = F, f.fa2_ms = f.cudnn_ms = 0;
     v.push_back(f);
+    // Batched prefill over a GQA cache (issue 8's shape; peers from
+    // compare_torch.py on the H200, docs/performance.md "Session 2026-12-01").
+    Case b = mk("gqa", H, 8, 32, 8, 2048, 2048, 128, FMHA_MASK_CAUSAL);
+    b.fa2_ms = 0.926, b.cudnn_ms = 0.567;
+    v.push_back(b);
   }
   if (suite == "decode") {
     const Peer peers[] = {{4096, 0.0182, 0.0095}, {32768, 0.0471, 0.0380}, {131072, 0.1511, 0.1271}};

@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -198,7 +199,81 @@ void check_rs(int k_steps, uint64_t seed) {
   MESSAGE("rel-L2 " << err);
 }
 
+// ---------------------------------------------------------------------------
+// Row sums on the tensor core (the plain kernel's kRowSumMma): D[64][8] =
+// A[64][16 * kSteps] x ones, A from registers as in rs_kernel, B the ones
+// tile (fill_ones_tile, ones_desc); every column of D is its row's sum.
+// ---------------------------------------------------------------------------
+template <class T>
+__global__ void __launch_bounds__(128, 1) rowsum_kernel(const T* a, float* d, int k_steps) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __shared__ __align__(128) unsigned char ones[hw::kOnesTileBytes];
+  hw::fill_ones_tile<T>(ones, threadIdx.x, 128);
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int r = warp * 16 + lane / 4, c = 2 * (lane % 4);
+  const int k = 16 * k_steps;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  const uint64_t desc = hw::ones_desc(static_cast<uint32_t>(__cvta_generic_to_shared(ones)));
+  for (int s = 0; s < k_steps; ++s) {
+    uint32_t frag[4];
+    auto pack = [&](int row, int col) {
+      const T* p = a + row * k + 16 * s + col;
+      uint32_t lo = *reinterpret_cast<const uint16_t*>(p);
+      uint32_t hi = *reinterpret_cast<const uint16_t*>(p + 1);
+      return lo | (hi << 16);
+    };
+    frag[0] = pack(r, c);
+    frag[1] = pack(r + 8, c);
+    frag[2] = pack(r, c + 8);
+    frag[3] = pack(r + 8, c + 8);
+    hw::fence_operands(acc);
+    hw::wgmma_fence();
+    hw::MmaRs<T, 8, 0>::run(acc, frag, desc, 1u);
+    hw::wgmma_commit();
+    hw::wgmma_wait<0>();
+    hw::fence_operands(acc);
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) d[(r + 8 * (e / 2)) * 8 + c + e % 2] = acc[e];
+#endif
+}
+
+template <class T>
+void check_rowsum(int k_steps, uint64_t seed) {
+  CAPTURE(k_steps);
+  const int k = 16 * k_steps;
+  auto a = random_vector<T>(64 * k, seed);
+  for (auto& x : a) x = T(std::fabs(to_float(x)));  // probabilities are >= 0
+  DeviceBuffer<T> da(a.size());
+  DeviceBuffer<float> dd(64 * 8);
+  CUDA_OK(cudaMemcpy(da.p, a.data(), a.size() * sizeof(T), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemset(dd.p, 0xff, 64 * 8 * sizeof(float)));
+  rowsum_kernel<T><<<1, 128>>>(da.p, dd.p, k_steps);
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> d(64 * 8);
+  CUDA_OK(cudaMemcpy(d.data(), dd.p, d.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int i = 0; i < 64; ++i) {
+    double ref = 0;
+    for (int l = 0; l < k; ++l) ref += to_float(a[i * k + l]);
+    for (int j = 0; j < 8; ++j) {
+      const double out = d[i * 8 + j];
+      worst = std::isfinite(out) ? std::max(worst, std::fabs(out - ref) / ref) : INFINITY;
+    }
+  }
+  CHECK(worst < 1e-5);  // FP32 accumulation of exact 16-bit values
+  MESSAGE("max relative error " << worst);
+}
+
 }  // namespace
+
+TEST_CASE("sm90 wgmma m64n8k16 against the ones tile: the row sums of the RS A fragment") {
+  check_rowsum<__half>(1, 21);
+  check_rowsum<__half>(8, 22);
+  check_rowsum<__nv_bfloat16>(8, 23);
+}
 
 TEST_CASE("sm90 GEMM, K-major B (the Q K^T operand layout): tails, ring wraps") {
   check_gemm<__half, false>(128, 256, 64, 1);      // one tile, one k tile

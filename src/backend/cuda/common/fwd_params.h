@@ -55,6 +55,9 @@ struct FwdParams {
   float score_log2;
   float softcap_in, softcap_out;
   int num_m_tiles;       // query blocks per unit
+  // The work order's bands (common/tile_scheduler.h): units per band, whose
+  // K/V fit in L2 together; 0 (make_fwd_params) = one band of every unit.
+  int64_t unit_band;
   int num_splits;        // 1 = write o (and lse) directly
   // Serving layouts (core/seq_layout.h; Problem::layout): with layout.any(),
   // batch b is sequence b, seq_q / seq_k / rows are the host-known bounds

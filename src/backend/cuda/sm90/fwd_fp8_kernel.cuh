@@ -84,45 +84,6 @@ struct Fp8SmemLayout {
   }
 };
 
-// OnlineSoftmax::step (common/softmax.cuh: steps 1-4) without step 4's row
-// sum: with kRowSumMma the P V MMA sums the FP8 P (the ones atom), and the
-// O rescale carries the sums along with O. Only p and m change here.
-template <int kNTiles, int kDTiles>
-__device__ __forceinline__ bool softmax_step_no_sum(OnlineSoftmax<1, kNTiles, kDTiles>& sm,
-                                                    float (&s)[1][kNTiles][4], float c, float (&alpha)[1][2]) {
-  using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
-  float mx[2];
-  bool grow = false;
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float x = fmaxf(sm.m[0][hh], Softmax::row_max(s, 0, hh));
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-    mx[hh] = x;
-    grow |= (x - sm.m[0][hh]) * c > kRescaleLog2;
-    alpha[0][hh] = 1.f;
-  }
-  const bool any = __any_sync(0xffffffffu, grow);
-  if (any) {
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const float x = mx[hh];
-      alpha[0][hh] = fast_exp2(sm.m[0][hh] * c - (x == kNegInf ? 0.f : x * c));
-      sm.m[0][hh] = x;
-    }
-  }
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float base = sm.m[0][hh] == kNegInf ? 0.f : sm.m[0][hh] * c;
-#pragma unroll
-    for (int i = 0; i < 2 * kNTiles; ++i) {
-      float& x = s[0][i / 2][2 * hh + i % 2];
-      x = fast_exp2(fmaf(x, c, -base));
-    }
-  }
-  return any;
-}
-
 // The producer (fwd_kernel.cuh's produce, dense batches): per tile Q once
 // the consumers have released the last one, then K of tile t + 1 before
 // V^T of tile t. maps.v is V^T: [batch][head][d][keys], so a V^T tile is
@@ -451,7 +412,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int n0 = t * Cfg::kBlockN;
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
       if constexpr (Cfg::kRowSumMma)
-        return softmax_step_no_sum(softmax, s, c, alpha);
+        return softmax.template step<false>(s, c, alpha);  // the P V MMA sums the FP8 P (the ones atom)
       else
         return softmax.step(s, c, alpha);
     };

@@ -25,6 +25,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace fmha::cuda::sm90 {
 
@@ -42,10 +43,44 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
   return d;
 }
 
+// A ones tile as the B operand of m64n8k16 (the row sums of the RS form's A:
+// every column of D is the row's sum): K-major without swizzle, two 8 x 8
+// core matrices of 128 bytes (k 0..7, k 8..15) at LBO = 128 bytes, so the
+// instruction reads kOnesTileBytes from `addr` (16-byte aligned), all 1.0
+// of the 16-bit type (fill_ones_tile).
+constexpr int kOnesTileBytes = 256;
+__device__ __forceinline__ uint64_t ones_desc(uint32_t addr) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>(128 >> 4) << 16;  // LBO: the next core matrix along k
+  d |= static_cast<uint64_t>(128 >> 4) << 32;  // SBO: unused with N = 8
+  return d;                                    // layout type 0: no swizzle
+}
+// Writes the ones tile at `tile` with the threads [0, threads) of the CTA
+// (thread `t`), then fences the generic writes for wgmma's (async proxy)
+// reads; the caller's barrier publishes them to the other threads.
+template <class T>
+__device__ __forceinline__ void fill_ones_tile(unsigned char* tile, int t, int threads) {
+  constexpr uint32_t kOnes = std::is_same<T, __half>::value ? 0x3c003c00u : 0x3f803f80u;  // two 1.0
+  for (int i = t; i < kOnesTileBytes / 4; i += threads) reinterpret_cast<uint32_t*>(tile)[i] = kOnes;
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // The descriptor of the same layout `bytes` further on (a k-step or panel
 // advance): the start address field is the low 14 bits, in 16-byte units.
+// kAdd32: a 32-bit add to the low word, the same descriptor (the start
+// address never carries into the LBO field: shared addresses are below
+// 2^18 bytes); ptxas then adds to the low word alone instead of rebuilding
+// all 64 bits (IADD3 + IMAD.X + two register copies) before every wgmma
+// (TileConfig::kDescAdd32 says where that pays).
+template <bool kAdd32 = false>
 __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
-  return desc + (bytes >> 4);
+  if constexpr (kAdd32) {
+    const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+    return (desc & 0xffffffff00000000ull) | lo;
+  } else {
+    return desc + (bytes >> 4);
+  }
 }
 
 // Orders this thread's register and shared-memory accesses before the
