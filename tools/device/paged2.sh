@@ -56,7 +56,7 @@ note "paged2.sh STAGE=$stage $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "
 
 if [ "$stage" != run ]; then
   STEP_TIMEOUT=600
-  STEP_PATTERN='error|Error'
+  STEP_PATTERN='error:|FAILED|CMake Error'
   step configure "$out/build.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF \
     -DFMHA_BUILD_RUST=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real -DFMHA_SM80_DECODE_EXPERIMENTS=ON \
