@@ -17,16 +17,17 @@
 #      8-256, sequences of fewer keys than the stages hold, 0-40 splits,
 #      softcap; "paged gather edges") and the CUDA-handle serving contract
 #      cases (graph capture of a split decode, two runs bitwise equal), every
-#      kernel forced and automatic, against the float64 reference; then the
-#      paged and decode groups again on the candidates 16.3.8 (paged: eight
-#      stages) and 32.4.3 (contiguous: three stages)
+#      kernel forced and automatic, against the float64 reference
 #   2. fuzz_metadata_cuda (garbage cu_seqlens / seqused_k / block_table)
 #      under compute-sanitizer memcheck
 #   3. bench_cuda --suite serving --splits 0 (the decode cases, automatic
 #      splits) for each candidate as both the paged and the contiguous tile,
-#      interleaved, two rounds; the whole serving suite once (prefill rows);
-#      --splits 1 per candidate (one CTA per (sequence, KV head) alone on its
-#      SM: the per-tile latency); the mixed B=64 batch at forced splits
+#      interleaved, two rounds; the whole serving suite once (prefill rows)
+#   4. while time lasts (about 2.5 minutes of runs in all): the paged,
+#      decode and seqused_k test groups on other candidate pairs (paged /
+#      contiguous tile), the default tiles at forced splits 2, 3, 6, 8 (the
+#      mixed B=64 batch), --splits 1 per candidate (one CTA per (sequence,
+#      KV head) alone on its SM: the per-tile latency)
 #   summary.txt ends with the table of the candidates (median ms of the
 #   rounds; paged / contiguous against the 64.3.2 contiguous row).
 #
@@ -86,10 +87,6 @@ STEP_LINES=40
 step serving "$out/tests.log" "$tests" \
   -tc="serving*,CUDA handle: metadata*,CUDA handle: empty*,two runs are bitwise equal,the handle's stream*,the forward waits*" ||
   status=1
-STEP_TIMEOUT=60
-FMHA_SM80_PAGED_TILE=16.3.8 FMHA_SM80_STREAM_TILE=32.4.3 step serving-candidates "$out/tests2.log" "$tests" \
-  -tc="serving: paged*,serving: decode*,serving: seqused_k*" || status=1
-cat "$out/tests2.log" >>"$out/tests.log" && rm -f "$out/tests2.log"
 STEP_TIMEOUT=90
 step fuzz-memcheck "$out/fuzz.log" compute-sanitizer --tool memcheck --error-exitcode 9 "$fuzz" --iters 60 || status=1
 
@@ -113,13 +110,27 @@ for round in 1 2; do
   done
 done
 bench_step bench-default-full default default
-for x in $tiles; do
-  [ $((SECONDS - t0)) -gt 130 ] && { note "stopped before --splits 1 of $x"; break; }
-  bench_step "bench-$x-splits1" "$x" "$x" --splits 1
+# The serving groups of the decode tiles again on other candidates (paged /
+# contiguous), while time lasts: each may become the default.
+STEP_TIMEOUT=40
+STEP_PATTERN='ERROR:|\[doctest\] (test cases|assertions)|FAIL'
+STEP_LINES=12
+for pair in 16.3.8/32.4.3 32.4.3/16.6.4 16.6.4/16.3.8 64.2.3/64.2.3; do
+  [ $((SECONDS - t0)) -gt 125 ] && { note "stopped before the tests on $pair"; break; }
+  FMHA_SM80_PAGED_TILE=${pair%/*} FMHA_SM80_STREAM_TILE=${pair#*/} step "serving-$pair" "$out/tests2.log" "$tests" \
+    -tc="serving: paged*,serving: decode*,serving: seqused_k*" || status=1
+  cat "$out/tests2.log" >>"$out/tests.log" && rm -f "$out/tests2.log"
 done
+STEP_TIMEOUT=40
+STEP_PATTERN='copy bandwidth [0-9]'
+STEP_LINES=1
 for s in 2 3 6 8; do
-  [ $((SECONDS - t0)) -gt 140 ] && { note "stopped before --splits $s"; break; }
+  [ $((SECONDS - t0)) -gt 135 ] && { note "stopped before --splits $s"; break; }
   bench_step "bench-default-splits$s" default default --splits "$s"
+done
+for x in $tiles; do
+  [ $((SECONDS - t0)) -gt 140 ] && { note "stopped before --splits 1 of $x"; break; }
+  bench_step "bench-$x-splits1" "$x" "$x" --splits 1
 done
 
 # The candidates side by side: median ms of the rounds per (case, tiles,
