@@ -10,8 +10,9 @@
 #     groups use) with FMHA_SM80_DECODE_EXPERIMENTS=ON: the D=128 plain
 #     kernels also hold the candidate decode tiles that FMHA_SM80_PAGED_TILE
 #     / FMHA_SM80_STREAM_TILE pick at run time ("kBlockN.CTAs.stages":
-#     64.3.2 = the decode tile before this branch, 32.3.4 = the new paged
-#     default, 16.3.8, 32.4.3, 16.6.4, 64.2.3)
+#     64.3.2 = the decode tile before this branch, 32.4.3 = the default
+#     since the checkpoint run (paged and contiguous), 32.3.4, 16.3.8,
+#     16.6.4, 64.2.3)
 #   run:
 #   1. bench_cuda --suite serving --splits 0 (the decode cases, automatic
 #      splits) for each candidate as both the paged and the contiguous tile,
@@ -26,12 +27,12 @@
 #   summary.txt ends with the table of the candidates (median ms of the
 #   rounds; paged / contiguous against the 64.3.2 contiguous row).
 #
-# What it should show: every step rc=0, "0 failed" in the doctest totals.
-# Prediction (before any run of this branch): the paged rows at 32.3.4 /
-# 16.3.8 / 32.4.3 / 16.6.4 reach 0.90-0.97 of contiguous where 64.3.2 had
-# 0.81-0.88 (B=1, B=16), 0.80-0.90 at B=64 mixed (0.66-0.73); contiguous
-# unchanged at 64.3.2 (0.94 / 0.98 / 0.93 of copy) and within +-2% on the
-# deeper candidates.
+# What it should show: every step rc=0, "0 failed" in the doctest totals;
+# the checkpoint run at 53008fe (docs/performance.md, "Paged decode with more
+# tiles in flight") had, on 32.4.3, paged / contiguous 0.950 / 0.969 at B=1
+# (page_size 16 / 64), 0.958 / 0.965 at B=16, 0.846 / 0.899 at B=64 mixed,
+# contiguous 0.958 / 0.986 / 0.940 of copy; 64.3.2 0.82-0.88, 0.81-0.88,
+# 0.68-0.74 and 0.941 / 0.978 / 0.936.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out=${OUT:-$root/paged2-out}

@@ -112,6 +112,18 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
 //   Decode FP16 Hq=32 Hk=8 D=128: Nk=4096 16.7 us, 32768 47 us, 131072
 //   0.137-0.140 ms (FA2 18, 47-59 us, 0.151 ms; 131072 streams K/V at
 //   91-93% of the measured 4.2 TB/s copy bandwidth).
+// NarrowStream, NarrowPaged: the decode tile of the plain and softcap
+//   kernels over contiguous / dense and over paged K/V (Decode16Tile; the
+//   score-ops kernels keep Narrow). D=128: 32 keys x 3 stages x 4 CTAs per
+//   SM (54 KB), BF16 GQA 32/8 Nq=1, H200 2026-12-01 (docs/performance.md,
+//   "Paged decode with more tiles in flight"): paged / contiguous 0.950 /
+//   0.969 at B=1 Nk=131072 (page_size 16 / 64), 0.958 / 0.965 at B=16
+//   Nk=8192, 0.846 / 0.899 for a mixed B=64 batch, where Narrow had 0.82 /
+//   0.88, 0.81 / 0.88, 0.68 / 0.74; contiguous 0.958 / 0.986 / 0.940 of
+//   copy against 0.941 / 0.978 / 0.936. What counted was warps (CTAs) per
+//   SM, not bytes in flight: 32 x 4 stages x 3 CTAs 0.83 / 0.89 at B=1, 16
+//   x 8 x 3 0.63, 64 x 3 x 2 0.47-0.53, 16 x 4 x 6 0.96 at B=16 but 0.69 at
+//   B=1 (64 splits, the cap, fill 512 of 792 slots).
 // NarrowFp8Kv: the decode tile of an FP8 KV cache (the kFp8Kv
 //   instantiations, units of <= 32 rows). The 16-bit narrow shape (one
 //   warp x 16 rows) with the K/V stages kept FP8 and converted in registers
@@ -190,8 +202,8 @@ template <>
 struct Sm80Tuning<128> {
   using Wide = TileConfig<128, 128, 64, 4, 2>;
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
-  using NarrowStream = Narrow;
-  using NarrowPaged = DecodeTileD128<32, 3, 4>;
+  using NarrowStream = DecodeTileD128<32, 4, 3>;
+  using NarrowPaged = DecodeTileD128<32, 4, 3>;
 #ifdef FMHA_SM80_FP8KV_D128_N
   using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES>;
   using NarrowFp8KvBf16 = NarrowFp8Kv;
