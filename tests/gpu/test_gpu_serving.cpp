@@ -293,6 +293,24 @@ TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than it
     ++n;
   }
   run_group("paged decode pipeline", cases, {0, 1, 3, 16, 40});
+
+  // cuda_sm80_tc's softcap kernel runs the same decode tile: two of the
+  // cases again with softcap, forced on it.
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  CudaMemory mem;
+  for (ServingCase c : {cases[0], cases[1]}) {
+    c.softcap = 10.f;
+    const fmha_test::PreparedServingCase pc(c);
+    for (int32_t s : {0, 1, 3, 40}) {
+      fmha_test::RunOptions opt;
+      opt.kernel = "cuda_sm80_tc";
+      opt.num_splits = s;
+      const fmha_test::CaseResult r = pc.run(h.get(), mem, opt);
+      INFO("softcap 10, case " << c.name() << ", num_splits=" << s);
+      CHECK_MESSAGE(r.ok(), r.report());
+    }
+  }
 }
 
 TEST_CASE("serving: softcap, explicit scale and no lse on ragged paged problems") {
