@@ -12,7 +12,7 @@
 #     / FMHA_SM80_STREAM_TILE pick at run time ("kBlockN.CTAs.stages":
 #     64.3.2 = the decode tile before this branch, 32.4.3 = the default
 #     since the checkpoint run (paged and contiguous), 32.3.4, 16.3.8,
-#     16.6.4, 64.2.3)
+#     16.6.4, 64.2.3; 32.6.2 and 16.7.3 not yet run)
 #   run:
 #   1. bench_cuda --suite serving --splits 0 (the decode cases, automatic
 #      splits) for each candidate as both the paged and the contiguous tile,
@@ -89,12 +89,12 @@ bench_step() {  # name paged_tile stream_tile args...
     status=1
   cat "$out/bench_run.log" >>"$out/bench.log" && rm -f "$out/bench_run.log"
 }
-tiles="64.3.2 32.3.4 16.3.8 32.4.3 16.6.4 64.2.3"
+tiles="64.3.2 32.3.4 16.3.8 32.4.3 16.6.4 64.2.3 32.6.2 16.7.3"
 for x in $tiles; do
-  left 50 || { note "stopped before the bench of $x"; break; }
+  left 55 || { note "stopped before the bench of $x"; break; }
   bench_step "bench-$x" "$x" "$x" --splits 0
 done
-left 55 && bench_step bench-default-full default default
+left 60 && bench_step bench-default-full default default
 
 # 2. The decode tiles' test groups (D=128: the decode cases, the paged
 #    gather edges, the paged decode pipeline), default tiles, one step each

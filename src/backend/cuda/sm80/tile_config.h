@@ -243,7 +243,10 @@ using Decode16Tile =
 // and the contiguous / dense one by name "kBlockN.kMinBlocksPerSm.kStages";
 // unset or unknown: Decode16Tile. tools/device/paged2.sh times them.
 #if FMHA_SM80_DECODE_EXPERIMENTS
-constexpr const char* kDecodeTileNames[] = {"64.3.2", "32.3.4", "16.3.8", "32.4.3", "16.6.4", "64.2.3"};
+// Measured 2026-12-01 (docs/performance.md): 32.4.3 best of the first six;
+// 32.6.2 and 16.7.3 (more warps per SM, the lever that run found) not yet.
+constexpr const char* kDecodeTileNames[] = {"64.3.2", "32.3.4", "16.3.8", "32.4.3",
+                                            "16.6.4", "64.2.3", "32.6.2", "16.7.3"};
 inline int sm80_decode_tile_choice(bool paged) {
   auto parse = [](const char* v) {
     if (v == nullptr) return 0;
@@ -271,6 +274,8 @@ auto with_decode16_tile(Fn&& fn) {
       case 4: return fn(DecodeTileD128<32, 4, 3>{});
       case 5: return fn(DecodeTileD128<16, 6, 4>{});
       case 6: return fn(DecodeTileD128<64, 2, 3>{});
+      case 7: return fn(DecodeTileD128<32, 6, 2>{});
+      case 8: return fn(DecodeTileD128<16, 7, 3>{});
       default: break;
     }
   }
