@@ -267,6 +267,52 @@ TEST_CASE("serving: paged gather edges, page sizes 8..256, pages across key tile
   run_group("paged edges", cases, {0, 1, 3, 7, 16});
 }
 
+TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than its stages hold, many splits") {
+  // cuda_sm80_tc's decode tile at D=128 (Sm80Tuning::NarrowPaged) keeps
+  // several smaller key tiles in flight and stages their block-table
+  // entries 2S - 2 tiles ahead: sequences of fewer keys than the stages
+  // hold (0, 1, 2, 17), tiles and pages that end on and off each other
+  // (33, 95, 129, odd), splits of 0, 1 and 2 key tiles (16, 40 splits), one
+  // split over the whole sequence; one and two query rows per sequence
+  // (GQA-packed).
+  std::vector<ServingCase> cases;
+  int n = 0;
+  for (int64_t ps : {8, 16, 64, 256}) {
+    ServingCase c = base(n % 2 ? FMHA_DTYPE_F16 : FMHA_DTYPE_BF16, 32, 8, 128);
+    c.kv_layout = KvLayout::kPaged;
+    c.page_size = ps;
+    c.storage = n % 2 ? PageStorage::kTokenMajor : PageStorage::kHeadMajor;
+    c.shuffle_pages = true;
+    c.spare_pages = 2;
+    c.table_slack = 1 + n % 2;
+    c.len_k = {0, 1, 2, 17, 33, 95, 129, 1000, 2049};
+    c.len_q = std::vector<int64_t>(c.len_k.size(), n % 2 ? 2 : 1);
+    c.q_layout = n % 3 == 0 ? QLayout::kRagged : QLayout::kDense;
+    c.mask_flags = n % 2 ? FMHA_MASK_CAUSAL : FMHA_MASK_NONE;
+    cases.push_back(c);
+    ++n;
+  }
+  run_group("paged decode pipeline", cases, {0, 1, 3, 16, 40});
+
+  // cuda_sm80_tc's softcap kernel runs the same decode tile: two of the
+  // cases again with softcap, forced on it.
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  CudaMemory mem;
+  for (ServingCase c : {cases[0], cases[1]}) {
+    c.softcap = 10.f;
+    const fmha_test::PreparedServingCase pc(c);
+    for (int32_t s : {0, 1, 3, 40}) {
+      fmha_test::RunOptions opt;
+      opt.kernel = "cuda_sm80_tc";
+      opt.num_splits = s;
+      const fmha_test::CaseResult r = pc.run(h.get(), mem, opt);
+      INFO("softcap 10, case " << c.name() << ", num_splits=" << s);
+      CHECK_MESSAGE(r.ok(), r.report());
+    }
+  }
+}
+
 TEST_CASE("serving: softcap, explicit scale and no lse on ragged paged problems") {
   std::vector<ServingCase> cases;
   for (fmha_dtype dt : kHalf) {

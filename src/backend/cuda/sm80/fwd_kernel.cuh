@@ -10,9 +10,9 @@
 //   TileLoader     global -> swizzled shared memory with 16-byte cp.async,
 //                  zero-filling rows past the sequence end; paged K/V
 //                  gathered through the block table, whose entries for a
-//                  key tile are staged in shared memory one tile ahead
-//                  (one read per page run of a tile, or per row for
-//                  other page sizes)
+//                  key tile are staged in shared memory before the tile
+//                  is issued (one read per page run of a tile, or per row
+//                  for other page sizes)
 //   WarpQK         S = Q K^T for the warp's rows: ldmatrix + mma.sync
 //   ScoreMask      softcap, bias + ALiBi (every tile, when the problem
 //                  has them) and the element-wise mask of boundary tiles
@@ -55,16 +55,6 @@
 #include "backend/cuda/sm80/ptx.cuh"
 #include "backend/cuda/sm80/tile_config.h"
 #include "core/key_tiles.h"
-
-// Measurement switch: the L2 prefetch of the next paged tile (a build with
-// -DFMHA_SM80_PAGED_PREFETCH=1; tools/device/paged.sh times both). Off by
-// default: in the lead's final run of 2026-12-01 (docs/performance.md,
-// "Paged and mixed decode") paged / contiguous with it was lower than at
-// the checkpoint without it on 4 of 6 decode rows (B=64 mixed 0.59-0.65
-// against 0.67-0.74) and on the paged ragged prefill (0.86 against 0.93).
-#ifndef FMHA_SM80_PAGED_PREFETCH
-#define FMHA_SM80_PAGED_PREFETCH 0
-#endif
 
 namespace fmha::cuda::sm80 {
 
@@ -268,8 +258,9 @@ struct TileLoader {
   // Block-table staging (the 16-bit paged kernels): the table entries of
   // rows [row0, min(row0 + kRows, n)) of sequence b, entry div(row0) first,
   // copied with 4-byte cp.async into kRows int32 slots of shared memory at
-  // `ent` (at most one page per row: page_size 1). Issued one tile ahead
-  // in the group of the previous K tile, so the gather of a tile reads its
+  // `ent` (at most one page per row: page_size 1). Issued kStages - 1
+  // tiles ahead of the tile's own K/V, in the group of a K tile that lands
+  // before those are issued (fwd_kernel), so the gather of a tile reads its
   // page ids from shared memory instead of waiting on the table in global
   // memory before its first cp.async. Only entries of rows < n are read
   // (n <= the sequence's keys, which its table row covers); clamping is at
@@ -281,33 +272,6 @@ struct TileLoader {
     const int count = static_cast<int>(p.page_div.div(static_cast<uint32_t>(min(row0 + kRows, n) - 1)) - first) + 1;
     const int32_t* src = p.layout.block_table + b * p.layout.block_table_stride + first;
     for (int i = tid; i < count; i += Cfg::kThreads) cp_async_4(ent + 4 * i, src + i);
-  }
-
-  // L2 prefetch of rows [row0, min(row0 + kRows, n)) of a paged K and V
-  // (k_off / v_off: a row's element offset, as for load_paged): each
-  // thread takes whole rows, K rows first, and asks for every 128-byte
-  // line of a row (prefetch_l2; a row is kHeadDim contiguous elements).
-  // Issued a tile ahead of the tile's cp.asyncs, it takes the pages'
-  // address translation and DRAM latency off the two-stage pipeline, whose
-  // one tile in flight per CTA did not cover them (shuffled pages: a decode
-  // CTA alone took 2.6-3.0 us per paged tile against 1.6 us contiguous,
-  // H200). (Per-lane prefetches rather than the copy engine's bulk
-  // prefetch: a tile is 2 x kRows separate rows, too many small requests
-  // for one engine per SM.)
-  template <class KOffset, class VOffset>
-  __device__ static void prefetch_paged(const T* k, const T* v, KOffset k_off, VOffset v_off, int row0, int n,
-                                        int tid) {
-    constexpr int kRowBytes = Cfg::kHeadDim * static_cast<int>(sizeof(T));
-    constexpr int kLine = 128;
-#pragma unroll 1
-    for (int i = tid; i < 2 * kRows; i += Cfg::kThreads) {
-      const bool is_k = i < kRows;
-      const int j = row0 + (is_k ? i : i - kRows);
-      if (j >= n) continue;
-      const char* g = reinterpret_cast<const char*>(is_k ? k + k_off(j) : v + v_off(j));
-#pragma unroll
-      for (int b = 0; b < kRowBytes; b += kLine) prefetch_l2(g + b);
-    }
   }
 
   template <int kRun, class RowOffset>
@@ -1047,9 +1011,17 @@ __device__ void merge_key_warps(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Soft
 
 // ---------------------------------------------------------------------------
 // The kernel: one CTA = kBlockM query rows of one (batch, head), one key split.
-// Pipeline (kStages = 2): K and V of tile t+1 are in flight while tile t is
-// computed; cp.async groups are committed K, V, K, V, ... so "K of t ready"
-// is wait_group(1) and "V of t ready" is wait_group(2) after t+1's commits.
+// Pipeline (S = kStages): K and V of tiles t+1 .. t+S-1 are in flight while
+// tile t is computed; cp.async groups are committed K, V, K, V, ... (the
+// prologue those of the first S-1 tiles), so at the top of tile t the
+// groups of tiles t .. t+S-2 are pending and "K of t ready" is
+// wait_group(2S-3); barrier 1 publishes K[t] and frees the stage of tile
+// t-1, into which K/V[t+S-1] are issued; then "V of t ready" is
+// wait_group(2S-2). S = 2 (prefill, and the decode tile of the score-ops
+// kernels, whose staged bias adds a group per tile): wait_group(1) and (2).
+// The paged decode tile runs more, smaller stages (Sm80Tuning::NarrowPaged):
+// a scattered page's address translation and DRAM latency are then covered
+// by the tiles in flight behind it, not paid per tile.
 //
 // kFp8Kv (an FP8 KV cache, Cfg a Fp8KvTileConfig): K and V stay FP8 in
 // kRawStages raw stages each (Fp8KvTile) and are converted in registers
@@ -1090,7 +1062,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   constexpr bool kSoftcap = kOps == ScoreOps::kSoftcap;
   constexpr bool kAllOps = kOps == ScoreOps::kAll;
   static_assert(!(kFp8Kv && kAllOps), "the FP8 K/V kernels run no bias or ALiBi");
-  static_assert(Cfg::kStages == 2, "the wait_group counts below assume two stages");
+  constexpr int kS = Cfg::kStages;
+  static_assert(kS == 2 || !kAllOps, "the staged bias's wait_group counts below assume two stages");
   using KvT = std::conditional_t<kFp8Kv, uint8_t, T>;  // K/V elements in global memory
   // Q K^T over FP8 K/V runs in F16; a BF16 q's rows are converted and
   // scaled first (QRowsToF16).
@@ -1166,17 +1139,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // kFp8Kv: into a raw stage (dst: a byte offset in smem), Fp8KvTile's way.
   const int run = kPaged && !kFp8Kv ? KVLoader::page_run(p.layout.page_size) : 0;
   // The 16-bit paged gather reads its page ids from shared memory: the
-  // entries of tile t sit in slot (t - t_begin) % 3 (KVLoader::
-  // fetch_entries), past the K/V stages (TileConfig::kSmemPagedBytes); at
-  // tile t those of t+1 (its cp.asyncs), t+2 (its L2 prefetch) and t+3
-  // (arriving) are live. Key j of tile n0's rows is entry div(j), slot
-  // div(j) - div(n0).
+  // entries of tile t sit in slot (t - t_begin) % (2S - 2) (KVLoader::
+  // fetch_entries), past the K/V stages (TileConfig::kSmemPagedBytes). At
+  // tile t those of t + S - 1 are read (its cp.asyncs go out) and those of
+  // t + 2S - 2 are fetched, in K[t + S - 1]'s group: K[t + S - 1] has
+  // landed when tile t + S - 1 issues t + 2S - 2. The slot they take is
+  // tile t's, read S - 1 tiles ago. Key j of tile n0's rows is entry
+  // div(j), slot div(j) - div(n0).
   constexpr uint32_t kEnt = Cfg::kSmemBytes;  // byte offset in smem
-  static_assert(kFp8Kv || (Cfg::kSmemBytes + Cfg::kPagedEntrySlots * KVLoader::kEntryBytes == Cfg::kSmemPagedBytes &&
-                            Cfg::kPagedEntrySlots == 3),
-                "the launch gives the paged kernels room for three entry slots");
+  constexpr int kEntSlots = Cfg::kPagedEntrySlots;
+  static_assert(kFp8Kv || (Cfg::kSmemBytes + kEntSlots * KVLoader::kEntryBytes == Cfg::kSmemPagedBytes &&
+                            kEntSlots == 2 * kS - 2),
+                "the launch gives the paged kernels room for 2S - 2 entry slots");
   auto ent_slot = [&](int n0) {
-    return kEnt + static_cast<uint32_t>((n0 / Cfg::kBlockN - w.t_begin) % 3) * KVLoader::kEntryBytes;
+    return kEnt + static_cast<uint32_t>((n0 / Cfg::kBlockN - w.t_begin) % kEntSlots) * KVLoader::kEntryBytes;
   };
   auto staged_row = [&](int n0, int64_t stride0, int64_t stride2) {
     const int* ent = reinterpret_cast<const int*>(smem + ent_slot(n0));
@@ -1219,13 +1195,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     }
   };
 
-  // Paged (16-bit): K and V rows of the tile at n0 into L2, a tile before
-  // its cp.asyncs (TileLoader::prefetch_paged); its entries are staged.
-  auto prefetch_tile = [&](int n0) {
-    if constexpr (kPaged && !kFp8Kv && FMHA_SM80_PAGED_PREFETCH)
-      KVLoader::prefetch_paged(k, v, staged_row(n0, p.k_stride[0], p.k_stride[2]),
-                               staged_row(n0, p.v_stride[0], p.v_stride[2]), n0, w.len_k(p), tid);
-  };
   // The bias staged per warp (bias_tile.cuh; kAll kernels, a bias the
   // copy can address, no softcap: its terms start Q K^T's accumulator):
   // B[t+1] goes out once B[t] is read, at the top of tile t, so the groups
@@ -1243,8 +1212,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     cp_async_commit();
   }
 
-  // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next
-  // (kFp8Kv: then K and V of the next kRawStages - 2 tiles).
+  // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next, then
+  // K and V of the next S - 2 tiles (kFp8Kv: kRawStages - 2).
   if (p.pack == 1) {
     QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, w.rows(p), tid);
   } else {
@@ -1269,9 +1238,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     }
   } else {
     if constexpr (kPaged) {
-      // The entries of t_begin .. t_begin + 2 first (one wait for them and
-      // Q together); from there on each tile fetches those of three ahead.
-      for (int i = 0; i < 3; ++i) {
+      // The entries of t_begin .. t_begin + 2S - 3 first (one wait for them
+      // and Q together); from there on tile t fetches those of t + 2S - 2.
+#pragma unroll 1
+      for (int i = 0; i < kEntSlots; ++i) {
         const int n0 = (w.t_begin + i) * Cfg::kBlockN;
         if (w.t_begin + i < w.t_end) KVLoader::fetch_entries(sQ + ent_slot(n0), p, w.b, n0, w.len_k(p), tid);
       }
@@ -1279,11 +1249,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       cp_async_wait<0>();
       __syncthreads();
     }
-    if (w.t_begin < w.t_end) load_k(sK, w.t_begin * Cfg::kBlockN);
-    cp_async_commit();
-    if (w.t_begin < w.t_end) load_v(sV, w.t_begin * Cfg::kBlockN);
-    cp_async_commit();
-    if (kPaged && w.t_begin + 1 < w.t_end) prefetch_tile((w.t_begin + 1) * Cfg::kBlockN);
+#pragma unroll 1
+    for (int i = 0; i < kS - 1; ++i) {
+      const int t = w.t_begin + i;
+      if (t < w.t_end) load_k(sK + i * Cfg::kSmemKV, t * Cfg::kBlockN);
+      cp_async_commit();
+      if (t < w.t_end) load_v(sV + i * Cfg::kSmemKV, t * Cfg::kBlockN);
+      cp_async_commit();
+    }
   }
 
   const LaneAddr<Cfg> addr(warp, lane);
@@ -1336,9 +1309,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     else score_log2 = 1.f;
   }
   [[maybe_unused]] int raw_stage = 0;  // kFp8Kv: (t - t_begin) % kRawStages
+  int stage_i = 0;                     // 16-bit: (t - t_begin) % S
   for (int t = w.t_begin; t < w.t_end; ++t) {
-    const uint32_t stage = static_cast<uint32_t>((t - w.t_begin) & 1) * Cfg::kSmemKV;
-    [[maybe_unused]] const uint32_t next = static_cast<uint32_t>(Cfg::kSmemKV) - stage;
+    const uint32_t stage = static_cast<uint32_t>(stage_i) * Cfg::kSmemKV;
+    // Tile t-1's stage, free after barrier 1: tile t + S - 1 goes there.
+    [[maybe_unused]] const uint32_t ahead_stage = static_cast<uint32_t>(stage_i == 0 ? kS - 1 : stage_i - 1) *
+                                                  Cfg::kSmemKV;
     [[maybe_unused]] bool v_bad = false;
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
     if constexpr (kFp8Kv) {
@@ -1365,22 +1341,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         if (bias_init)
           ScoreMask<Cfg::kMSlices, Cfg::kNTiles>::init_bias(s, p, w, w.rows(p), w.len_k(p), w.diag_offset(p),
                                                             p.scale, row0, t * Cfg::kBlockN, lane);
-        cp_async_wait<1>();  // K[t] landed (this thread's part) ...
+        cp_async_wait<2 * kS - 3>();  // K[t] landed (this thread's part) ...
       }
       __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
-      const int n_next = (t + 1) * Cfg::kBlockN;
-      if (t + 1 < w.t_end) load_k(sK + next, n_next);
-      // Paged: the entries of t + 3 into the slot of t (read when K/V[t]
-      // were issued and t prefetched, before this barrier), in K[t+1]'s
-      // group, so "K[t+1] landed" also means they did; then tile t + 2
-      // into L2, for the cp.asyncs the next tile issues.
-      if (kPaged && t + 3 < w.t_end)
-        KVLoader::fetch_entries(sQ + ent_slot(n_next + 2 * Cfg::kBlockN), p, w.b, n_next + 2 * Cfg::kBlockN,
-                                w.len_k(p), tid);
+      const int ahead = t + kS - 1;
+      const int n_ahead = ahead * Cfg::kBlockN;
+      if (ahead < w.t_end) load_k(sK + ahead_stage, n_ahead);
+      // Paged: the entries of t + 2S - 2 into the slot of t (read when
+      // K/V[t] were issued, S - 1 tiles ago), in K[t + S - 1]'s group, so
+      // "K[t + S - 1] landed" also means they did.
+      if (kPaged && ahead + kS - 1 < w.t_end)
+        KVLoader::fetch_entries(sQ + ent_slot(n_ahead + (kS - 1) * Cfg::kBlockN), p, w.b,
+                                n_ahead + (kS - 1) * Cfg::kBlockN, w.len_k(p), tid);
       cp_async_commit();
-      if (t + 1 < w.t_end) load_v(sV + next, n_next);
+      if (ahead < w.t_end) load_v(sV + ahead_stage, n_ahead);
       cp_async_commit();
-      if (kPaged && t + 2 < w.t_end) prefetch_tile(n_next + Cfg::kBlockN);
     }
     // The tiles of t: the 16-bit stage, or the raw FP8 stage (addresses
     // written at each use: computed up front, the V address stayed live
@@ -1444,7 +1419,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       if (staged)
         cp_async_wait<3>();  // V[t] landed (this thread's part; B[t+1] may not have)
       else
-        cp_async_wait<2>();  // V[t] landed (this thread's part)
+        cp_async_wait<2 * kS - 2>();  // V[t] landed (this thread's part)
       // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
       // and every tile under a bias tensor (its -inf entries hide keys from
       // some rows only).
@@ -1470,6 +1445,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       }
     }
     if constexpr (kFp8Kv) raw_stage = raw_stage == kRawStages - 1 ? 0 : raw_stage + 1;
+    stage_i = stage_i == kS - 1 ? 0 : stage_i + 1;
   }
   cp_async_wait<0>();
   if constexpr (kFp8Kv) WarpPVFp8<T, Cfg>::unpermute_o(o, lane);  // WarpPV's dim order for the epilogue

@@ -13,7 +13,7 @@
 namespace fmha::cuda::sm80 {
 
 template <class T, bool kFp8Kv, class Cfg, ScoreOps kOps, SeqMode kMode>
-fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
+fmha_status launch_fwd_tile(const FwdParams& p, const LaunchArgs& a) {
   const void* kernel = reinterpret_cast<const void*>(fwd_kernel<T, kFp8Kv, Cfg, kOps, kMode>);
   static SmemOptIn opt_in;          // one per instantiation, i.e. per kernel
   static KernelLauncher launcher;   // likewise
@@ -26,6 +26,24 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
   void* args[] = {const_cast<FwdParams*>(&p)};
   return launcher.launch(kernel, dim3(static_cast<unsigned>(a.blocks)), dim3(Cfg::kThreads), kSmem, a.stream, args,
                          "cuda_sm80_tc forward");
+}
+
+// The tile a kernel runs: Cfg, except that the 16-bit decode tile
+// (Sm80Tuning::Narrow) becomes its layout's and score ops' own
+// (tile_config.h: with_decode16_tile and Decode16Tile, which the host plan
+// reads too).
+template <class T, bool kFp8Kv, class Cfg, ScoreOps kOps, SeqMode kMode>
+fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
+  constexpr int kD = Cfg::kHeadDim;
+  constexpr bool kPaged = kMode == SeqMode::kPaged;
+  if constexpr (kFp8Kv || !std::is_same<Cfg, typename Sm80Tuning<kD>::Narrow>::value) {
+    return launch_fwd_tile<T, kFp8Kv, Cfg, kOps, kMode>(p, a);
+  } else if constexpr (kOps == ScoreOps::kAll) {
+    return launch_fwd_tile<T, kFp8Kv, Decode16Tile<kD, kPaged, true>, kOps, kMode>(p, a);
+  } else {
+    return with_decode16_tile<kD, kPaged, kOps == ScoreOps::kNone>(
+        [&](auto tile) { return launch_fwd_tile<T, kFp8Kv, decltype(tile), kOps, kMode>(p, a); });
+  }
 }
 
 template <class T, bool kFp8Kv, class Cfg, SeqMode kMode>

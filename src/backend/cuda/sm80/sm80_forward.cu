@@ -38,13 +38,22 @@ constexpr Shape shape_of(bool score_ops) {  // the most any layout takes
   return {Cfg::kBlockM, Cfg::kBlockN, Cfg::smem_bytes(true, score_ops), Cfg::kMinBlocksPerSm};
 }
 
+// The tile a problem runs (the launch's choice, fwd_launch.cuh: the 16-bit
+// decode tile by layout and score ops, sm80::with_decode16_tile).
 template <int kHeadDim>
-Shape shape_for(bool narrow, bool fp8_kv, bool score_ops) {
+Shape shape_for(bool narrow, bool fp8_kv, ScoreOps ops, bool paged) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
-  score_ops = score_ops && !fp8_kv;  // the FP8 K/V kernels stage no bias
+  const bool score_ops = ops == ScoreOps::kAll && !fp8_kv;  // the FP8 K/V kernels stage no bias
   if (fp8_kv && !narrow) return shape_of<typename Tuning::WideFp8Kv>(score_ops);
   if (fp8_kv) return shape_of<sm80::Fp8KvDecodeTile<kHeadDim>>(score_ops);
-  return narrow ? shape_of<typename Tuning::Narrow>(score_ops) : shape_of<typename Tuning::Wide>(score_ops);
+  if (!narrow) return shape_of<typename Tuning::Wide>(score_ops);
+  if (score_ops) return shape_of<sm80::Decode16Tile<kHeadDim, false, true>>(true);
+  auto shape = [](auto tile) { return shape_of<decltype(tile)>(false); };
+  if (ops == ScoreOps::kNone)
+    return paged ? sm80::with_decode16_tile<kHeadDim, true, true>(shape)
+                 : sm80::with_decode16_tile<kHeadDim, false, true>(shape);
+  return paged ? sm80::with_decode16_tile<kHeadDim, true, false>(shape)
+               : sm80::with_decode16_tile<kHeadDim, false, false>(shape);
 }
 
 // The one place a run-time head dim becomes a template argument: calls
@@ -128,8 +137,8 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const int64_t pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    plan.shape =
-        shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype), score_ops_of(p) == ScoreOps::kAll);
+    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype), score_ops_of(p),
+                                                      p.layout.paged());
   });
   if (!instantiated) return plan;
   plan.grid = fwd_grid(p, pack, plan.shape.block_m);

@@ -3,14 +3,19 @@
 // shared memory, split heuristic) both read it, so they cannot disagree.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
 #include "backend/cuda/sm80/instances.h"  // generated: the instantiated head dims
 
 namespace fmha::cuda::sm80 {
 
 // A CTA owns kBlockM query rows of one (batch, head); kWarps warps each own
 // kBlockM / kWarps consecutive rows as m16 slices of mma.sync m16n8k16. K/V
-// tiles of kBlockN keys stream through kStages shared-memory stages.
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_>
+// tiles of kBlockN keys stream through kStages shared-memory stages: while
+// tile t is computed, tiles t+1 .. t+kStages-1 are in flight.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kStages_ = 2>
 struct TileConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -18,7 +23,7 @@ struct TileConfig {
   static constexpr int kWarps = kWarps_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;  // __launch_bounds__ register cap
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kStages = 2;
+  static constexpr int kStages = kStages_;
   // Warps that split each key tile among themselves (Fp8KvTileConfig only).
   static constexpr int kKeyWarps = 1;
   static constexpr int kKeysPerWarp = kBlockN;
@@ -37,9 +42,12 @@ struct TileConfig {
   static constexpr int kSmemQ = kBlockM * kPitch * 2;
   static constexpr int kSmemKV = kBlockN * kPitch * 2;
   static constexpr int kSmemBytes = kSmemQ + 2 * kStages * kSmemKV;
-  // The 16-bit paged kernels also stage the block-table entries of the
-  // next three key tiles past the K/V stages: one int32 per key and tile.
-  static constexpr int kPagedEntrySlots = 3;
+  // The 16-bit paged kernels also stage the block-table entries of key
+  // tiles past the K/V stages, one int32 per key and tile: those of tile
+  // t + 2 kStages - 2 are fetched at tile t, with K[t + kStages - 1], and
+  // read when that tile's K/V are issued, kStages - 1 tiles later
+  // (fwd_kernel.cuh); the prologue fetches the first 2 kStages - 2 at once.
+  static constexpr int kPagedEntrySlots = 2 * kStages - 2;
   static constexpr int kSmemPagedBytes = kSmemBytes + kPagedEntrySlots * kBlockN * 4;
   // The 16-bit score-ops kernels (ScoreOps::kAll) stage a 16-bit bias after
   // those (after the paged entries in a paged kernel): each warp its rows x
@@ -57,6 +65,7 @@ struct TileConfig {
     return bias_offset(paged_entries) + (bias ? kSmemBias : 0);
   }
 
+  static_assert(kStages >= 2, "a stage in flight while one is read");
   static_assert(kBlockM % (16 * kWarps) == 0, "each warp owns whole m16 slices");
   static_assert(kBlockN % 16 == 0, "K/V tiles are whole k16 steps of P V");
   static_assert(kHeadDim % 16 == 0, "whole k16 steps of Q K^T and n8 pairs of P V");
@@ -120,6 +129,18 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
 //   Decode FP16 Hq=32 Hk=8 D=128: Nk=4096 16.7 us, 32768 47 us, 131072
 //   0.137-0.140 ms (FA2 18, 47-59 us, 0.151 ms; 131072 streams K/V at
 //   91-93% of the measured 4.2 TB/s copy bandwidth).
+// NarrowStream, NarrowPaged: the decode tile of the plain and softcap
+//   kernels over contiguous / dense and over paged K/V (Decode16Tile; the
+//   score-ops kernels keep Narrow). D=128: 32 keys x 3 stages x 4 CTAs per
+//   SM (54 KB), BF16 GQA 32/8 Nq=1, H200 2026-12-01 (docs/performance.md,
+//   "Paged decode with more tiles in flight"): paged / contiguous 0.950 /
+//   0.969 at B=1 Nk=131072 (page_size 16 / 64), 0.958 / 0.965 at B=16
+//   Nk=8192, 0.846 / 0.899 for a mixed B=64 batch, where Narrow had 0.82 /
+//   0.88, 0.81 / 0.88, 0.68 / 0.74; contiguous 0.958 / 0.986 / 0.940 of
+//   copy against 0.941 / 0.978 / 0.936. What counted was warps (CTAs) per
+//   SM, not bytes in flight: 32 x 4 stages x 3 CTAs 0.83 / 0.89 at B=1, 16
+//   x 8 x 3 0.63, 64 x 3 x 2 0.47-0.53, 16 x 4 x 6 0.96 at B=16 but 0.69 at
+//   B=1 (64 splits, the cap, fill 512 of 792 slots).
 // NarrowFp8Kv: the decode tile of an FP8 KV cache (the kFp8Kv
 //   instantiations, units of <= 32 rows). The 16-bit narrow shape (one
 //   warp x 16 rows) with the K/V stages kept FP8 and converted in registers
@@ -149,6 +170,8 @@ template <>
 struct Sm80Tuning<32> {
   using Wide = TileConfig<32, 128, 128, 4, 2>;
   using Narrow = TileConfig<32, 16, 128, 1, 3>;
+  using NarrowStream = Narrow;
+  using NarrowPaged = Narrow;
   using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3>;
   using WideFp8Kv = Fp8KvTileConfig<32, 64, 128, 4, 2, 3>;
 };
@@ -157,6 +180,8 @@ template <>
 struct Sm80Tuning<64> {
   using Wide = TileConfig<64, 128, 128, 4, 2>;
   using Narrow = TileConfig<64, 16, 128, 1, 3>;
+  using NarrowStream = Narrow;
+  using NarrowPaged = Narrow;
   using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3>;
   using WideFp8Kv = Fp8KvTileConfig<64, 64, 128, 4, 2, 3>;
 };
@@ -165,6 +190,8 @@ template <>
 struct Sm80Tuning<96> {
   using Wide = TileConfig<96, 128, 64, 4, 2>;
   using Narrow = TileConfig<96, 16, 64, 1, 3>;
+  using NarrowStream = Narrow;
+  using NarrowPaged = Narrow;
   // Unused: no FP8 K/V instantiation at D=96 (Fp8KvTile's swizzle).
   using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;
   using WideFp8Kv = Fp8KvTileConfig<96, 64, 64, 4, 2, 3>;
@@ -177,10 +204,18 @@ struct Sm80Tuning<96> {
 template <int kBlockN, int kMinBlocksPerSm, int kRawStages, int kKeyWarps = 1>
 using Fp8KvTileD128 = Fp8KvTileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kRawStages, kKeyWarps>;
 
+// A one-warp 16-row D=128 decode tile: kBlockN keys, kMinBlocksPerSm
+// CTAs per SM (shared memory: 4 KB of Q + kStages x 2 x kBlockN x 256
+// bytes of K/V + the paged entries), kStages stages.
+template <int kBlockN, int kMinBlocksPerSm, int kStages>
+using DecodeTileD128 = TileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kStages>;
+
 template <>
 struct Sm80Tuning<128> {
   using Wide = TileConfig<128, 128, 64, 4, 2>;
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
+  using NarrowStream = DecodeTileD128<32, 4, 3>;
+  using NarrowPaged = DecodeTileD128<32, 4, 3>;
 #ifdef FMHA_SM80_FP8KV_D128_N
   using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES,
                                     FMHA_SM80_FP8KV_D128_KEY_WARPS>;
@@ -194,9 +229,69 @@ template <>
 struct Sm80Tuning<256> {
   using Wide = TileConfig<256, 128, 64, 8, 1>;
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
+  using NarrowStream = Narrow;
+  using NarrowPaged = Narrow;
   using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3>;
   using WideFp8Kv = Fp8KvTileConfig<256, 64, 32, 4, 2, 3>;
 };
+
+// The 16-bit decode tile (narrow: units of <= 32 rows) of a kernel: the
+// plain and softcap kernels stream K/V through NarrowPaged (a block table)
+// or NarrowStream (contiguous or dense rows); the score-ops kernels (kAll:
+// bias, ALiBi) keep Narrow, whose staged bias assumes two stages. The host
+// plan (sm80_forward.cu) and the launch (fwd_launch.cuh) both read this.
+template <int kHeadDim, bool kPaged, bool kScoreOps>
+using Decode16Tile =
+    std::conditional_t<kScoreOps, typename Sm80Tuning<kHeadDim>::Narrow,
+                       std::conditional_t<kPaged, typename Sm80Tuning<kHeadDim>::NarrowPaged,
+                                          typename Sm80Tuning<kHeadDim>::NarrowStream>>;
+
+// Experiments (a build with FMHA_SM80_DECODE_EXPERIMENTS=ON, CMake): the
+// D=128 plain kernels (ScoreOps::kNone) also compile the candidate decode
+// tiles below, and FMHA_SM80_PAGED_TILE / FMHA_SM80_STREAM_TILE (read once
+// per process, by the host plan and the launch alike) pick the paged one
+// and the contiguous / dense one by name "kBlockN.kMinBlocksPerSm.kStages";
+// unset or unknown: Decode16Tile. tools/device/paged2.sh times them.
+#if FMHA_SM80_DECODE_EXPERIMENTS
+// Measured 2026-12-01 (docs/performance.md): 32.4.3 best of the first six;
+// 32.6.2 and 16.7.3 (more warps per SM, the lever that run found) not yet.
+constexpr const char* kDecodeTileNames[] = {"64.3.2", "32.3.4", "16.3.8", "32.4.3",
+                                            "16.6.4", "64.2.3", "32.6.2", "16.7.3"};
+inline int sm80_decode_tile_choice(bool paged) {
+  auto parse = [](const char* v) {
+    if (v == nullptr) return 0;
+    for (int i = 0; i < static_cast<int>(sizeof kDecodeTileNames / sizeof kDecodeTileNames[0]); ++i)
+      if (std::strcmp(v, kDecodeTileNames[i]) == 0) return i + 1;
+    return 0;
+  };
+  static const int paged_choice = parse(std::getenv("FMHA_SM80_PAGED_TILE"));
+  static const int stream_choice = parse(std::getenv("FMHA_SM80_STREAM_TILE"));
+  return paged ? paged_choice : stream_choice;
+}
+#endif
+
+// fn(Cfg{}) with the 16-bit decode tile of a plain or softcap kernel
+// (kScoreOps false) of head dim kHeadDim, paged K/V or not: Decode16Tile,
+// or in an experiments build a plain kernel's candidate.
+template <int kHeadDim, bool kPaged, bool kPlain, class Fn>
+auto with_decode16_tile(Fn&& fn) {
+#if FMHA_SM80_DECODE_EXPERIMENTS
+  if constexpr (kHeadDim == 128 && kPlain) {
+    switch (sm80_decode_tile_choice(kPaged)) {
+      case 1: return fn(DecodeTileD128<64, 3, 2>{});
+      case 2: return fn(DecodeTileD128<32, 3, 4>{});
+      case 3: return fn(DecodeTileD128<16, 3, 8>{});
+      case 4: return fn(DecodeTileD128<32, 4, 3>{});
+      case 5: return fn(DecodeTileD128<16, 6, 4>{});
+      case 6: return fn(DecodeTileD128<64, 2, 3>{});
+      case 7: return fn(DecodeTileD128<32, 6, 2>{});
+      case 8: return fn(DecodeTileD128<16, 7, 3>{});
+      default: break;
+    }
+  }
+#endif
+  return fn(Decode16Tile<kHeadDim, kPaged, false>{});
+}
 
 // The FP8 K/V decode tile of head dim D (either q dtype).
 template <int kHeadDim>
@@ -206,7 +301,9 @@ using Fp8KvDecodeTile = typename Sm80Tuning<kHeadDim>::NarrowFp8Kv;
 // its tuning, keyed by the right head dim.
 #define FMHA_SM80_TUNED_(D)                                                                        \
   static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D &&   \
-                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D && Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
+                    Sm80Tuning<D>::NarrowStream::kHeadDim == D && Sm80Tuning<D>::NarrowPaged::kHeadDim == D && \
+                    Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D &&                                \
+                    Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
                 "Sm80Tuning<" #D "> is missing or mis-keyed");
 FMHA_SM80_HEAD_DIMS(FMHA_SM80_TUNED_)
 #undef FMHA_SM80_TUNED_
