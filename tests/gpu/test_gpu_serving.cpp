@@ -313,6 +313,28 @@ TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than it
   }
 }
 
+// The case of the paged decode pipeline group that did not return within
+// 20 s on the H200 (issue9-paged2's checkpoint, main's cuda_sm90_ws of
+// ce188cf, forced; 27 assertions in): softcap 10 over token-major pages
+// of 8 keys, GQA 32/8, one query row, nine sequences of 0..2049 keys, split
+// counts around it. Kept as its own case so a hang shows by name (the suite
+// has a time limit).
+TEST_CASE("serving: softcap decode over 8-key token-major pages, every kernel, 0-5 splits") {
+  ServingCase c = base(FMHA_DTYPE_F16, 32, 8, 128);
+  c.kv_layout = KvLayout::kPaged;
+  c.page_size = 8;
+  c.storage = PageStorage::kTokenMajor;
+  c.shuffle_pages = true;
+  c.spare_pages = 2;
+  c.table_slack = 2;
+  c.len_k = {0, 1, 2, 17, 33, 95, 129, 1000, 2049};
+  c.len_q = std::vector<int64_t>(c.len_k.size(), 1);
+  c.q_layout = QLayout::kDense;
+  c.mask_flags = FMHA_MASK_NONE;
+  c.softcap = 10.f;
+  run_group("softcap paged decode, 8-key pages", {c}, {0, 1, 2, 5});
+}
+
 TEST_CASE("serving: softcap, explicit scale and no lse on ragged paged problems") {
   std::vector<ServingCase> cases;
   for (fmha_dtype dt : kHalf) {
