@@ -32,7 +32,9 @@ inline fmha_status fp8_operand_map(const Operand& op, const int64_t (&dims)[4], 
 }
 
 template <class T, class To, class Cfg>
-fmha_status launch_fwd_fp8_kernel(const FwdParams& f, const LaunchArgs& a) {
+fmha_status launch_fwd_fp8_kernel(const FwdParams& params, const LaunchArgs& a) {
+  FwdParams f = params;
+  f.unit_band = unit_band(f, 1, l2_band_mib() << 20);  // K/V of one byte per element
   const Problem& p = *a.problem;
   Fp8Maps maps;
   int64_t q_dims[4], kv_dims[4];

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/common/fwd_params.h"
 #include "backend/cuda/cuda_device.h"
@@ -55,5 +56,20 @@ FMHA_SM90_INSTANCES(FMHA_SM90_EXTERN_)
 FMHA_SM90_FP8_INSTANCES(FMHA_SM90_FP8_EXTERN_)
 #undef FMHA_SM90_FP8_EXTERN_
 
+
+// The L2 budget of the work order's bands (common/tile_scheduler.h,
+// unit_band), in MiB: FMHA_SM90_L2_BAND_MIB (CMake, 16); the environment
+// variable of the same name, read once, overrides it (experiments). H200
+// (60 MB L2), 2 interleaved rounds, the same kernel with one band: causal
+// FP16 D=128 N=8192 / 16384 +2 / +8%, non-causal 8192 +7%, BF16 8192 +6%,
+// D=64 +3.5%, batched GQA B8 H32/8 N2048 +4%; 32 MiB: within noise of 16.
+// The 16-bit and the FP8 launches both read it (elements of 2 and 1 bytes).
+inline int64_t l2_band_mib() {
+  static const int64_t mib = [] {
+    const char* v = std::getenv("FMHA_SM90_L2_BAND_MIB");
+    return v != nullptr && *v != '\0' ? std::atoll(v) : int64_t{FMHA_SM90_L2_BAND_MIB};
+  }();
+  return mib;
+}
 
 }  // namespace fmha::cuda::sm90
