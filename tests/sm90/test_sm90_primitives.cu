@@ -101,6 +101,22 @@ void check_gemm(int m, int n, int k, uint64_t seed) {
 // loads its 16 rows as m16n8k16 A fragments straight from global memory;
 // B ([K][N] row-major, N-major) comes in by the copy engine.
 // ---------------------------------------------------------------------------
+// Lane (r, c)'s m16n8k16 A fragment of k-step s of the row-major [.][k]
+// matrix a: rows r and r + 8, columns 16 s + c, c + 1 and c + 8, c + 9.
+template <class T>
+__device__ void a_fragment(const T* a, int k, int s, int r, int c, uint32_t (&frag)[4]) {
+  auto pack = [&](int row, int col) {
+    const T* p = a + row * k + 16 * s + col;
+    const uint32_t lo = *reinterpret_cast<const uint16_t*>(p);
+    const uint32_t hi = *reinterpret_cast<const uint16_t*>(p + 1);
+    return lo | (hi << 16);
+  };
+  frag[0] = pack(r, c);
+  frag[1] = pack(r + 8, c);
+  frag[2] = pack(r, c + 8);
+  frag[3] = pack(r + 8, c + 8);
+}
+
 template <class T, int N>
 __global__ void __launch_bounds__(128, 1)
     rs_kernel(const __grid_constant__ CUtensorMap b_map, const T* a, float* d, int k_steps) {
@@ -129,16 +145,7 @@ __global__ void __launch_bounds__(128, 1)
   const uint32_t sb = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   for (int s = 0; s < k_steps; ++s) {
     uint32_t frag[4];
-    auto pack = [&](int row, int col) {
-      const T* p = a + row * k + 16 * s + col;
-      uint32_t lo = *reinterpret_cast<const uint16_t*>(p);
-      uint32_t hi = *reinterpret_cast<const uint16_t*>(p + 1);
-      return lo | (hi << 16);
-    };
-    frag[0] = pack(r, c);
-    frag[1] = pack(r + 8, c);
-    frag[2] = pack(r, c + 8);
-    frag[3] = pack(r + 8, c + 8);
+    a_fragment(a, k, s, r, c, frag);
     hw::fence_operands(acc);
     hw::wgmma_fence();
     hw::MmaRs<T, N, 1>::run(acc, frag, hw::smem_desc(sb + s * 16 * 128, k * 128, 1024), 1u);
@@ -217,16 +224,7 @@ __global__ void __launch_bounds__(128, 1) rowsum_kernel(const T* a, float* d, in
   const uint64_t desc = hw::ones_desc(static_cast<uint32_t>(__cvta_generic_to_shared(ones)));
   for (int s = 0; s < k_steps; ++s) {
     uint32_t frag[4];
-    auto pack = [&](int row, int col) {
-      const T* p = a + row * k + 16 * s + col;
-      uint32_t lo = *reinterpret_cast<const uint16_t*>(p);
-      uint32_t hi = *reinterpret_cast<const uint16_t*>(p + 1);
-      return lo | (hi << 16);
-    };
-    frag[0] = pack(r, c);
-    frag[1] = pack(r + 8, c);
-    frag[2] = pack(r, c + 8);
-    frag[3] = pack(r + 8, c + 8);
+    a_fragment(a, k, s, r, c, frag);
     hw::fence_operands(acc);
     hw::wgmma_fence();
     hw::MmaRs<T, 8, 0>::run(acc, frag, desc, 1u);
