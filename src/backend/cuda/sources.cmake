@@ -61,21 +61,11 @@ endif()
 # Benchmarking builds only: the sm90 FP8 units also compile the candidate tile
 # configs that FMHA_SM90_FP8_TILE picks at run time (fp8_tile_config.h).
 option(FMHA_SM90_FP8_EXPERIMENTS "cuda_sm90_ws FP8: compile the candidate tile configs too" OFF)
-if(FMHA_SM90_FP8_EXPERIMENTS)
-  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 1)
-else()
-  set(FMHA_SM90_FP8_EXPERIMENTS_VALUE 0)
-endif()
 
 # Benchmarking builds only: the sm80 D=128 units also compile candidate
 # decode tiles that FMHA_SM80_PAGED_TILE / FMHA_SM80_STREAM_TILE pick at run
 # time (sm80/tile_config.h).
 option(FMHA_SM80_DECODE_EXPERIMENTS "cuda_sm80_tc: compile the candidate D=128 decode tiles too" OFF)
-if(FMHA_SM80_DECODE_EXPERIMENTS)
-  set(FMHA_SM80_DECODE_EXPERIMENTS_VALUE 1)
-else()
-  set(FMHA_SM80_DECODE_EXPERIMENTS_VALUE 0)
-endif()
 
 # cuda_sm80_tc's dense instantiations (16-bit units): each tile (wide:
 # prefill, 128 rows; narrow: decode, 16 rows) has a plain and a softcap
