@@ -3,10 +3,9 @@
 // shared memory, split heuristic) both read it, so they cannot disagree.
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
+#include "backend/cuda/common/env_choice.h"
 #include "backend/cuda/sm80/instances.h"  // generated: the instantiated head dims
 
 namespace fmha::cuda::sm80 {
@@ -258,14 +257,8 @@ using Decode16Tile =
 constexpr const char* kDecodeTileNames[] = {"64.3.2", "32.3.4", "16.3.8", "32.4.3",
                                             "16.6.4", "64.2.3", "32.6.2", "16.7.3"};
 inline int sm80_decode_tile_choice(bool paged) {
-  auto parse = [](const char* v) {
-    if (v == nullptr) return 0;
-    for (int i = 0; i < static_cast<int>(sizeof kDecodeTileNames / sizeof kDecodeTileNames[0]); ++i)
-      if (std::strcmp(v, kDecodeTileNames[i]) == 0) return i + 1;
-    return 0;
-  };
-  static const int paged_choice = parse(std::getenv("FMHA_SM80_PAGED_TILE"));
-  static const int stream_choice = parse(std::getenv("FMHA_SM80_STREAM_TILE"));
+  static const int paged_choice = env_choice("FMHA_SM80_PAGED_TILE", kDecodeTileNames);
+  static const int stream_choice = env_choice("FMHA_SM80_STREAM_TILE", kDecodeTileNames);
   return paged ? paged_choice : stream_choice;
 }
 #endif

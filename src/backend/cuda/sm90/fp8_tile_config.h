@@ -3,9 +3,7 @@
 // and the host side (sm90_forward.cu), as tile_config.h is for 16-bit.
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
-
+#include "backend/cuda/common/env_choice.h"
 #include "backend/cuda/sm90/instances.h"  // generated: FMHA_SM90_FP8_EXPERIMENTS
 
 namespace fmha::cuda::sm90 {
@@ -90,14 +88,8 @@ struct Sm90Fp8Tuning<128> {
 #if FMHA_SM90_FP8_EXPERIMENTS
 // 0: Config; 1 .. 4: 128q, 128r, 192, 192r.
 inline int sm90_fp8_tile_choice() {
-  static const int choice = [] {
-    const char* v = std::getenv("FMHA_SM90_FP8_TILE");
-    if (v == nullptr) return 0;
-    static const char* const kNames[] = {"", "128q", "128r", "192", "192r"};
-    for (int i = 1; i <= 4; ++i)
-      if (std::strcmp(v, kNames[i]) == 0) return i;
-    return 0;
-  }();
+  static constexpr const char* kNames[] = {"128q", "128r", "192", "192r"};
+  static const int choice = env_choice("FMHA_SM90_FP8_TILE", kNames);
   return choice;
 }
 #endif
