@@ -5,6 +5,7 @@
 
 #include "backend/cuda/common/env_choice.h"
 #include "backend/cuda/sm90/instances.h"  // generated: FMHA_SM90_FP8_EXPERIMENTS
+#include "backend/cuda/sm90/tile_config.h"  // register_split_fits
 
 namespace fmha::cuda::sm90 {
 
@@ -61,8 +62,7 @@ struct Fp8TileConfig {
   static_assert(kBlockN % 64 == 0 && kBlockN <= 256 && (kVTailKeys == 0 || kVTailKeys == 64),
                 "V^T tiles of 128-key panels and at most one 64-key panel; one copy box of K rows");
   static_assert(kSmemBytes <= kSmemMax, "shared memory per block");
-  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kLaunchRegs * kThreads,
+  static_assert(register_split_fits(kThreads, kProducerRegs, kConsumers, kConsumerRegs),
                 "setmaxnreg cannot hand out more registers than the launch allocated");
 };
 

@@ -6,6 +6,17 @@
 
 namespace fmha::cuda::sm90 {
 
+// Whether a producer warpgroup of producer_regs and `consumers` warpgroups
+// of consumer_regs registers per thread fit what a CTA of `threads` got at
+// launch: setmaxnreg moves registers within that pool, 64K / threads per
+// thread rounded down to a multiple of 8. Asking for more than it holds
+// makes the consumers' setmaxnreg.inc wait forever (seen on the H200 with a
+// 32-register producer beside two 240-register consumers: 65536 > 168 x 384
+// = 64512). The 16-bit and the FP8 tile configs both assert it.
+constexpr bool register_split_fits(int threads, int producer_regs, int consumers, int consumer_regs) {
+  return 128 * producer_regs + 128 * consumers * consumer_regs <= 65536 / threads / 8 * 8 * threads;
+}
+
 // A CTA owns kBlockM = 64 * kConsumers query rows of one (batch, head):
 // warpgroup 0 produces (one thread issues the copy engine's loads), each of
 // the 2 or 3 consumer warpgroups owns 64 rows and runs wgmma m64nNk16. K/V tiles of
@@ -110,13 +121,7 @@ struct TileConfig {
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; one copy box of rows");
   static_assert(kBiasStages >= 1, "a bias stage must fit beside Q, K/V and O");
   static_assert(kBlockN % 64 == 0, "whole 64-key panels of a bias tile");
-  // setmaxnreg moves registers within what the CTA got at launch: 64K /
-  // kThreads per thread, rounded down to a multiple of 8. Asking for more
-  // than that pool holds makes the consumers' setmaxnreg.inc wait forever
-  // (seen on the H200 with a 32-register producer beside two 240-register
-  // consumers: 65536 > 168 x 384 = 64512).
-  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= kLaunchRegs * kThreads,
+  static_assert(register_split_fits(kThreads, kProducerRegs, kConsumers, kConsumerRegs),
                 "setmaxnreg cannot hand out more registers than the launch allocated");
 };
 
