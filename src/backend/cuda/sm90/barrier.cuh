@@ -58,6 +58,20 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Named barrier `id` over `threads` threads that also tells each of them
+// whether x holds in any of them (bar.red.or).
+__device__ __forceinline__ bool named_any(int id, int threads, bool x) {
+  int any;
+  asm volatile(
+      "{\n.reg .pred p, q;\n"
+      "setp.ne.u32 q, %1, 0;\n"
+      "bar.red.or.pred p, %2, %3, q;\n"
+      "selp.s32 %0, 1, 0, p;\n}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(x)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
 
 // Register reallocation between warpgroups (sm_90a; needs a register cap at
 // entry: __launch_bounds__(threads, 1)).

@@ -304,16 +304,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         bad |= ((e - 0x01010101u) & ~e & 0x80808080u) != 0u;  // some byte of e is 0
       }
     }
-    int any;
-    asm volatile(
-        "{\n.reg .pred p, q;\n"
-        "setp.ne.u32 q, %1, 0;\n"
-        "bar.red.or.pred p, %2, 128, q;\n"
-        "selp.s32 %0, 1, 0, p;\n}\n"
-        : "=r"(any)
-        : "r"(bad), "r"(kVote + cw)
-        : "memory");
-    return any != 0;
+    return named_any(kVote + cw, 128, bad != 0);
   };
   // O += P V of the stage's V^T tile on the CUDA cores, a term only where
   // the weight is non-zero. Key j of k32 block kb = j / 32 sits in byte

@@ -489,18 +489,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // n + 1 .. 2n their turns, 2n + 1 .. 3n their votes (n consumers).
   constexpr int kVote = 1 + 2 * Cfg::kConsumers;  // one per consumer
   // Whether x holds in some thread of the warpgroup (all 128 take part).
-  auto wg_any = [&](bool x) {
-    int any;
-    asm volatile(
-        "{\n.reg .pred p, q;\n"
-        "setp.ne.u32 q, %1, 0;\n"
-        "bar.red.or.pred p, %2, 128, q;\n"
-        "selp.s32 %0, 1, 0, p;\n}\n"
-        : "=r"(any)
-        : "r"(static_cast<uint32_t>(x)), "r"(kVote + cw)
-        : "memory");
-    return any != 0;
-  };
+  auto wg_any = [&](bool x) { return named_any(kVote + cw, 128, x); };
   auto v_nonfinite = [&](int stage, uint32_t phase) {
     mbar_wait(sm.v_full(stage), phase);
     constexpr uint32_t kExp = std::is_same<T, __half>::value ? 0x7c00u : 0x7f80u;
