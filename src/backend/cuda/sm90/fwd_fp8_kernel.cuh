@@ -79,9 +79,7 @@ struct Fp8SmemLayout {
     return reinterpret_cast<volatile int64_t*>(bars() + 2 + 4 * Cfg::kStages);
   }
   // Consumer cw's 64 rows of 16-bit O panel p.
-  __device__ unsigned char* o_rows(int cw, int panel) const {
-    return o() + panel * Cfg::kBlockM * 128 + cw * 64 * 128;
-  }
+  __device__ unsigned char* o_rows(int cw, int panel) const { return consumer_rows<Cfg::kBlockM>(o(), cw, panel); }
 };
 
 // The producer (fwd_kernel.cuh's produce, dense batches): per tile Q once
@@ -481,13 +479,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
       softmax.finish();
     }
-    if (p.v_descale != nullptr) {
-      const float vd = descale_at(p.v_descale, p, tw.w.b, tw.w.hk);
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[0][dt][e] *= vd;  // O's columns only, not the row sums
-    }
+    // O's columns only, not the row sums.
+    if (p.v_descale != nullptr) scale_o(o_d, descale_at(p.v_descale, p, tw.w.b, tw.w.hk));
     const float lse_scale = c * kLn2;
     const int lane_row = row0 + lane / 4;
     if (p.num_splits > 1) {
@@ -503,16 +496,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // stores them (the copy engine clips rows past the tensor's end).
     if (leader) ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
     named_sync(1 + cw, 128);
-    const int r_local = warp * 16 + lane / 4;
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = r_local + 8 * hh;
-        unsigned char* row = sm.o_rows(cw, dt / 8) + r * 128;
-        *reinterpret_cast<uint32_t*>(row + (((dt % 8) ^ (r % 8)) << 4) + (lane % 4) * 4) =
-            pack2<To>(o[0][dt][2 * hh], o[0][dt][2 * hh + 1]);
-      }
+    o_to_panels<To, Cfg::kBlockM>(o_d, sm.o(), cw, warp, lane);
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);  // generic writes -> copy engine reads
     named_sync(1 + cw, 128);
     if (leader && tw.m0 + cw * 64 < tw.len_q(p)) {

@@ -59,6 +59,39 @@ struct FwdMaps {
   int bias_rows;
 };
 
+// Consumer cw's 64 rows of panel p of a [kBlockM][D] tile of 128-byte
+// panels (Q or O), in either kernel's layout.
+template <int kBlockM>
+__device__ __forceinline__ unsigned char* consumer_rows(unsigned char* tile, int cw, int panel) {
+  return tile + panel * kBlockM * 128 + cw * 64 * 128;
+}
+
+// O's accumulators (columns 8 dt .. of the lane's rows r and r + 8) times f.
+template <int kDTiles>
+__device__ __forceinline__ void scale_o(float (&o)[1][kDTiles][4], float f) {
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[0][dt][e] *= f;
+}
+
+// O's accumulators as To into consumer cw's rows of the [kBlockM][D] tile
+// in the copy engine's panel layout (chunk c of row r at c ^ (r % 8)).
+template <class To, int kBlockM, int kDTiles>
+__device__ __forceinline__ void o_to_panels(const float (&o)[1][kDTiles][4], unsigned char* tile, int cw, int warp,
+                                            int lane) {
+  const int r_local = warp * 16 + lane / 4;
+#pragma unroll
+  for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int r = r_local + 8 * hh;
+      unsigned char* row = consumer_rows<kBlockM>(tile, cw, dt / 8) + r * 128;
+      *reinterpret_cast<uint32_t*>(row + (((dt % 8) ^ (r % 8)) << 4) + (lane % 4) * 4) =
+          pack2<To>(o[0][dt][2 * hh], o[0][dt][2 * hh + 1]);
+    }
+}
+
 // Shared memory of one CTA, carved from the 1024-aligned dynamic base.
 template <class Cfg>
 struct SmemLayout {
@@ -100,7 +133,7 @@ struct SmemLayout {
   }
   // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile (Q or O).
   __device__ static unsigned char* rows(unsigned char* tile, int cw, int panel) {
-    return tile + panel * Cfg::kBlockM * 128 + cw * 64 * 128;
+    return consumer_rows<Cfg::kBlockM>(tile, cw, panel);
   }
 };
 
@@ -791,13 +824,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       softmax.finish();
     }
     // v_descale multiplies O (and the split partials' o), never lse.
-    if (kAllOps && p.v_descale != nullptr) {
-      const float vd = descale_at(p.v_descale, p, tw.w.b, tw.w.hk);
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[0][dt][e] *= vd;
-    }
+    if (kAllOps && p.v_descale != nullptr) scale_o(o, descale_at(p.v_descale, p, tw.w.b, tw.w.hk));
     const float lse_scale = c * kLn2;
     const int lane_row = row0 + lane / 4;
     if (p.num_splits > 1) {
@@ -820,16 +847,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // warpgroup's threads, each row checked.
     if (leader) ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
     named_sync(1 + cw, 128);
-    const int r_local = warp * 16 + lane / 4;
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = r_local + 8 * hh;
-        unsigned char* row = SmemLayout<Cfg>::rows(sm.o(), cw, dt / 8) + r * 128;
-        *reinterpret_cast<uint32_t*>(row + (((dt % 8) ^ (r % 8)) << 4) + (lane % 4) * 4) =
-            pack2<T>(o[0][dt][2 * hh], o[0][dt][2 * hh + 1]);
-      }
+    o_to_panels<T, Cfg::kBlockM>(o, sm.o(), cw, warp, lane);
     if constexpr (kServing) {
       const int first = tw.m0 + cw * 64;  // the warpgroup's first query of the sequence
       if (p.layout.ragged_q() && first + 64 > tw.len_q(p)) {
