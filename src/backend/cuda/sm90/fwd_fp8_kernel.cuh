@@ -158,14 +158,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    mbar_init(sm.q_full(), 1);
-    mbar_init(sm.q_empty(), Cfg::kConsumers);
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(sm.k_full(s), 1);
-      mbar_init(sm.v_full(s), 1);
-      mbar_init(sm.k_empty(s), Cfg::kConsumers);
-      mbar_init(sm.v_empty(s), Cfg::kConsumers);
-    }
+    init_ring_barriers<Cfg>(sm);
     mbar_init_fence();
   }
   if constexpr (Cfg::kRowSumMma) {

@@ -92,6 +92,22 @@ __device__ __forceinline__ void o_to_panels(const float (&o)[1][kDTiles][4], uns
     }
 }
 
+// The Q barriers and the K/V ring's full and empty barriers of either
+// kernel's layout (one thread, before mbar_init_fence): the copy engine
+// completes a full barrier, each consumer warpgroup arrives once on an
+// empty one.
+template <class Cfg, class Layout>
+__device__ void init_ring_barriers(const Layout& sm) {
+  mbar_init(sm.q_full(), 1);
+  mbar_init(sm.q_empty(), Cfg::kConsumers);
+  for (int s = 0; s < Cfg::kStages; ++s) {
+    mbar_init(sm.k_full(s), 1);
+    mbar_init(sm.v_full(s), 1);
+    mbar_init(sm.k_empty(s), Cfg::kConsumers);
+    mbar_init(sm.v_empty(s), Cfg::kConsumers);
+  }
+}
+
 // Shared memory of one CTA, carved from the 1024-aligned dynamic base.
 template <class Cfg>
 struct SmemLayout {
@@ -364,14 +380,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    mbar_init(sm.q_full(), 1);
-    mbar_init(sm.q_empty(), Cfg::kConsumers);  // one arrival per consumer warpgroup
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      mbar_init(sm.k_full(s), 1);
-      mbar_init(sm.v_full(s), 1);
-      mbar_init(sm.k_empty(s), Cfg::kConsumers);
-      mbar_init(sm.v_empty(s), Cfg::kConsumers);
-    }
+    init_ring_barriers<Cfg>(sm);
     if constexpr (kAllOps)
       for (int s = 0; s < Cfg::kBiasStages; ++s)
         for (int c = 0; c < Cfg::kConsumers; ++c) {
