@@ -119,6 +119,19 @@ ServingCase base(fmha_dtype dt, int64_t hq, int64_t hk, int64_t d) {
 
 constexpr fmha_dtype kHalf[] = {FMHA_DTYPE_F16, FMHA_DTYPE_BF16};
 
+// c's K/V paged over shuffled pages of page_size keys with two spare pages;
+// odd n: token-major storage and 2 block-table slack entries, even n:
+// head-major and 1 (the paged-edge and paged-decode groups alternate them).
+void shuffled_pages(ServingCase* c, int64_t page_size, int n) {
+  c->kv_layout = KvLayout::kPaged;
+  c->page_size = page_size;
+  c->storage = n % 2 ? PageStorage::kTokenMajor : PageStorage::kHeadMajor;
+  c->shuffle_pages = true;
+  c->spare_pages = 2;
+  c->table_slack = 1 + n % 2;
+}
+
+
 struct MaskSpec {
   uint32_t flags;
   int32_t wl, wr;
@@ -251,12 +264,7 @@ TEST_CASE("serving: paged gather edges, page sizes 8..256, pages across key tile
     for (bool decode : {true, false}) {
       const fmha_dtype dt = decode || n % 4 != 1 ? FMHA_DTYPE_BF16 : FMHA_DTYPE_F16;
       ServingCase c = decode ? base(dt, 32, 8, 128) : base(dt, 8, 2, 128);
-      c.kv_layout = KvLayout::kPaged;
-      c.page_size = ps;
-      c.storage = n % 2 ? PageStorage::kTokenMajor : PageStorage::kHeadMajor;
-      c.shuffle_pages = true;
-      c.spare_pages = 2;
-      c.table_slack = 1 + n % 2;
+      shuffled_pages(&c, ps, n);
       c.len_k = {0, 1, 65, 1000, 777, 64};
       c.len_q = std::vector<int64_t>(c.len_k.size(), decode ? 1 : 40);
       c.q_layout = n % 3 == 0 ? QLayout::kRagged : QLayout::kDense;
@@ -279,12 +287,7 @@ TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than it
   int n = 0;
   for (int64_t ps : {8, 16, 64, 256}) {
     ServingCase c = base(n % 2 ? FMHA_DTYPE_F16 : FMHA_DTYPE_BF16, 32, 8, 128);
-    c.kv_layout = KvLayout::kPaged;
-    c.page_size = ps;
-    c.storage = n % 2 ? PageStorage::kTokenMajor : PageStorage::kHeadMajor;
-    c.shuffle_pages = true;
-    c.spare_pages = 2;
-    c.table_slack = 1 + n % 2;
+    shuffled_pages(&c, ps, n);
     c.len_k = {0, 1, 2, 17, 33, 95, 129, 1000, 2049};
     c.len_q = std::vector<int64_t>(c.len_k.size(), n % 2 ? 2 : 1);
     c.q_layout = n % 3 == 0 ? QLayout::kRagged : QLayout::kDense;
@@ -321,12 +324,7 @@ TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than it
 // has a time limit).
 TEST_CASE("serving: softcap decode over 8-key token-major pages, every kernel, 0-5 splits") {
   ServingCase c = base(FMHA_DTYPE_F16, 32, 8, 128);
-  c.kv_layout = KvLayout::kPaged;
-  c.page_size = 8;
-  c.storage = PageStorage::kTokenMajor;
-  c.shuffle_pages = true;
-  c.spare_pages = 2;
-  c.table_slack = 2;
+  shuffled_pages(&c, 8, 1);  // token-major, 2 slack entries
   c.len_k = {0, 1, 2, 17, 33, 95, 129, 1000, 2049};
   c.len_q = std::vector<int64_t>(c.len_k.size(), 1);
   c.q_layout = QLayout::kDense;
