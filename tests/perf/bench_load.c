@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_tensor.h"
 #include "fmha/fmha.h"
 
 static double now_ms(void) {
@@ -44,22 +45,6 @@ typedef struct Case {
 } Case;
 
 static size_t elem_bytes(fmha_dtype t) { return t == FMHA_DTYPE_F32 ? 4 : 2; }
-
-static fmha_tensor tensor(void* data, fmha_dtype t, int64_t b, int64_t h, int64_t n, int64_t d) {
-  fmha_tensor x;
-  memset(&x, 0, sizeof x);
-  x.data = data;
-  x.dtype = t;
-  x.dims[0] = b;
-  x.dims[1] = h;
-  x.dims[2] = n;
-  x.dims[3] = d;
-  x.strides[3] = 1;
-  x.strides[2] = d;
-  x.strides[1] = n * d;
-  x.strides[0] = h * n * d;
-  return x;
-}
 
 static void* device_zeros(size_t bytes) {
   void* p = NULL;
@@ -114,10 +99,10 @@ int main(int argc, char** argv) {
     void* o = device_zeros((size_t)(k->B * k->Hq * k->Nq * k->D) * e);
     fmha_forward_params p;
     fmha_forward_params_init(&p);
-    p.q = tensor(q, k->dtype, k->B, k->Hq, k->Nq, k->D);
-    p.k = tensor(kk, k->dtype, k->B, k->Hk, k->Nk, k->D);
-    p.v = tensor(v, k->dtype, k->B, k->Hk, k->Nk, k->D);
-    p.o = tensor(o, k->dtype, k->B, k->Hq, k->Nq, k->D);
+    p.q = bench_tensor(q, k->dtype, k->B, k->Hq, k->Nq, k->D);
+    p.k = bench_tensor(kk, k->dtype, k->B, k->Hk, k->Nk, k->D);
+    p.v = bench_tensor(v, k->dtype, k->B, k->Hk, k->Nk, k->D);
+    p.o = bench_tensor(o, k->dtype, k->B, k->Hq, k->Nq, k->D);
     p.mask_flags = k->mask;
     p.kernel = k->kernel;
     size_t ws_bytes = 0;

@@ -73,6 +73,8 @@
 
 #include <fmha/fmha.h>
 
+#include "bench_tensor.h"
+
 #if defined(__linux__) || defined(__APPLE__)
 #include <dlfcn.h>
 #define BENCH_HAVE_DLSYM 1
@@ -204,23 +206,6 @@ static const shape kShapes[] = {
     {"gqa_causal_lse", 4, 1, 16, 64, FMHA_MASK_CAUSAL, 1},
 };
 
-/* Contiguous [1, H, N, D] F16 tensor at data. */
-static fmha_tensor tensor(void* data, int64_t h, int64_t n, int64_t d) {
-  fmha_tensor t;
-  memset(&t, 0, sizeof t);
-  t.data = data;
-  t.dtype = FMHA_DTYPE_F16;
-  t.dims[0] = 1;
-  t.dims[1] = h;
-  t.dims[2] = n;
-  t.dims[3] = d;
-  t.strides[3] = 1;
-  t.strides[2] = d;
-  t.strides[1] = n * d;
-  t.strides[0] = h * n * d;
-  return t;
-}
-
 static size_t q_elems(const shape* s) { return (size_t)(s->hq * s->n * s->d); }
 static size_t kv_elems(const shape* s) { return (size_t)(s->hk * s->n * s->d); }
 static size_t lse_elems(const shape* s) { return (size_t)(s->hq * s->n); }
@@ -237,10 +222,10 @@ static void fill_f16(uint16_t* x, size_t n, uint32_t* seed) {
 static fmha_forward_params make_params(const shape* s, void* q, void* k, void* v, void* o, float* lse) {
   fmha_forward_params p;
   fmha_forward_params_init(&p);
-  p.q = tensor(q, s->hq, s->n, s->d);
-  p.k = tensor(k, s->hk, s->n, s->d);
-  p.v = tensor(v, s->hk, s->n, s->d);
-  p.o = tensor(o, s->hq, s->n, s->d);
+  p.q = bench_tensor(q, FMHA_DTYPE_F16, 1, s->hq, s->n, s->d);
+  p.k = bench_tensor(k, FMHA_DTYPE_F16, 1, s->hk, s->n, s->d);
+  p.v = bench_tensor(v, FMHA_DTYPE_F16, 1, s->hk, s->n, s->d);
+  p.o = bench_tensor(o, FMHA_DTYPE_F16, 1, s->hq, s->n, s->d);
   p.mask_flags = s->mask;
   p.lse = s->lse ? lse : NULL;
   return p;
