@@ -18,8 +18,7 @@
 #              it declines with the reason, the automatic choice, a NaN in V
 #              at a masked key; then the FP8
 #              cases again for each candidate (FMHA_SM90_FP8_TILE=128q: Q in
-#              registers; 128r: row sums on the P V MMA; 192: 128 x 192
-#              tiles; 192r: both)
+#              registers; 192: 128 x 192 tiles)
 #   bench.log  bench_cuda --suite fp8 --n 8192: e4m3 against BF16 of the
 #              same (decoded) values on cuda_sm90_ws, causal and not, B=1 H=32
 #              D=128, for the default and each candidate; then tests/perf/probe_torch_fp8.py:
@@ -71,7 +70,7 @@ tests() {
   "$bdir/tests/test_sm90" -tc="*FP8*,*RS*" || rc=1
   echo "== test_gpu, the default tiles (128 x 128)"
   "$bdir/tests/test_gpu" -tc="sm90 FP8*" || rc=1
-  for tile in 128q 128r 192 192r; do
+  for tile in 128q 192; do
     echo "== test_gpu, FMHA_SM90_FP8_TILE=$tile"
     FMHA_SM90_FP8_TILE=$tile "$bdir/tests/test_gpu" -tc="sm90 FP8*" || rc=1
   done
@@ -85,7 +84,7 @@ benches() {
   local rc=0
   echo "== the default tiles (128 x 128)"
   "$bench" --suite fp8 --n 8192 || rc=1
-  for tile in 128q 128r 192 192r; do
+  for tile in 128q 192; do
     echo "== FMHA_SM90_FP8_TILE=$tile"
     FMHA_SM90_FP8_TILE=$tile "$bench" --suite fp8 --n 8192 || rc=1
   done

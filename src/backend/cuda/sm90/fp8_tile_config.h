@@ -20,12 +20,7 @@ namespace fmha::cuda::sm90 {
 // persistent grid: tile_config.h has the measurements behind both).
 // kQInRegs: Q K^T with A = Q from registers (16 per thread at D=128; Q's
 // buffer goes back to the producer as soon as the consumers hold it).
-// kRowSumMma: the softmax's row sums come from the P V MMA instead of one
-// FADD per probability: each V^T panel is followed by an 8-row atom whose
-// first row is ones (written once per CTA, never by the copy engine), so
-// P V's N = kHeadDim + 8 and O's column kHeadDim is the row sum of the very
-// FP8 P that P V used (the softmax is issue-bound: docs/performance.md).
-template <int kHeadDim_, int kBlockN_, int kStages_, bool kQInRegs_ = false, bool kRowSumMma_ = false>
+template <int kHeadDim_, int kBlockN_, int kStages_, bool kQInRegs_ = false>
 struct Fp8TileConfig {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = 2;
@@ -33,7 +28,6 @@ struct Fp8TileConfig {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
   static constexpr bool kQInRegs = kQInRegs_;
-  static constexpr bool kRowSumMma = kRowSumMma_;
   static constexpr bool kPingPong = true;
   static constexpr bool kPersistent = true;
   static constexpr int kThreads = 128 * (kConsumers + 1);
@@ -42,11 +36,9 @@ struct Fp8TileConfig {
   static constexpr int kKVBytes = kBlockN * kHeadDim;  // one K stage; the bytes the copy engine writes per V^T stage
   static constexpr int kVFullPanels = kBlockN / 128;   // V^T panels of 128 keys
   static constexpr int kVTailKeys = kBlockN % 128;     // 0, or 64 keys in the 64-byte swizzle
-  static constexpr int kOnesRows = kRowSumMma ? 8 : 0;  // the ones atom after each V^T panel
-  static constexpr int kPvN = kHeadDim + kOnesRows;     // N of the P V MMA
-  static constexpr int kVPanelBytes = kPvN * 128;       // a 128-key panel (and its ones atom)
-  static constexpr int kVTailBytes = kPvN * 64;         // the 64-key panel (and its ones atom)
-  static constexpr int kVBytes =                        // one V^T stage, 1024-aligned
+  static constexpr int kVPanelBytes = kHeadDim * 128;  // a 128-key panel
+  static constexpr int kVTailBytes = kHeadDim * 64;    // the 64-key panel
+  static constexpr int kVBytes =                       // one V^T stage, 1024-aligned
       (kVFullPanels * kVPanelBytes + (kVTailKeys ? kVTailBytes : 0) + 1023) / 1024 * 1024;
   static constexpr int kOBytes = kBlockM * kHeadDim * 2;
   static constexpr int kOPanels = kHeadDim / 64;
@@ -72,23 +64,23 @@ struct Fp8TileConfig {
 // 697 TFLOP/s causal N=8192, 1.23x BF16). A build with
 // FMHA_SM90_FP8_EXPERIMENTS=ON (CMake) also compiles the candidates below
 // and FMHA_SM90_FP8_TILE (read once per process, by the host plan and the
-// launch alike) picks one: 128q (Q in registers), 128r (row sums on the
-// P V MMA), 192 (128 x 192: FA3's shape for column-major V), 192r (both).
+// launch alike) picks one: 128q (Q in registers), 192 (128 x 192: FA3's
+// shape for column-major V); both within 1-4% of the default on the H200.
+// (Row sums on the P V MMA, 128r / 192r, measured wrong, rel-L2 up to 0.15,
+// and were removed: docs/performance.md.)
 template <int kHeadDim>
 struct Sm90Fp8Tuning;
 template <>
 struct Sm90Fp8Tuning<128> {
   using Config = Fp8TileConfig<128, 128, 3>;
   using Q128 = Fp8TileConfig<128, 128, 3, true>;
-  using R128 = Fp8TileConfig<128, 128, 3, false, true>;
   using N192 = Fp8TileConfig<128, 192, 3>;
-  using R192 = Fp8TileConfig<128, 192, 3, false, true>;
 };
 
 #if FMHA_SM90_FP8_EXPERIMENTS
-// 0: Config; 1 .. 4: 128q, 128r, 192, 192r.
+// 0: Config; 1, 2: 128q, 192.
 inline int sm90_fp8_tile_choice() {
-  static constexpr const char* kNames[] = {"128q", "128r", "192", "192r"};
+  static constexpr const char* kNames[] = {"128q", "192"};
   static const int choice = env_choice("FMHA_SM90_FP8_TILE", kNames);
   return choice;
 }
@@ -103,9 +95,7 @@ auto with_fp8_config(Fn&& fn) {
 #if FMHA_SM90_FP8_EXPERIMENTS
   switch (sm90_fp8_tile_choice()) {
     case 1: return fn(typename Tuning::Q128{});
-    case 2: return fn(typename Tuning::R128{});
-    case 3: return fn(typename Tuning::N192{});
-    case 4: return fn(typename Tuning::R192{});
+    case 2: return fn(typename Tuning::N192{});
     default: break;
   }
 #endif

@@ -53,8 +53,7 @@ struct Fp8Maps {
 
 // Shared memory of one CTA (fp8_tile_config.h), from the 1024-aligned base:
 // Q, kStages K stages, kStages V^T stages (each its 128-key panels, then
-// the 64-key one, each followed by its ones atom with kRowSumMma), the O
-// staging tile, the barriers.
+// the 64-key one), the O staging tile, the barriers.
 template <class Cfg>
 struct Fp8SmemLayout {
   unsigned char* base;
@@ -161,20 +160,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     init_ring_barriers<Cfg>(sm);
     mbar_init_fence();
   }
-  if constexpr (Cfg::kRowSumMma) {
-    // The ones atoms (fp8_tile_config.h): row 0 of the atom after each V^T
-    // panel is FP8 1.0 across the panel's keys, rows 1..7 are 0. Generic
-    // writes, read by wgmma: fenced for the async proxy.
-    constexpr unsigned char kOne = kFp8Kind<T> == __NV_E5M2 ? 0x3c : 0x38;
-    constexpr int kPanels = Cfg::kVFullPanels + (Cfg::kVTailKeys ? 1 : 0);
-    for (int i = threadIdx.x; i < Cfg::kStages * kPanels * 1024; i += Cfg::kThreads) {
-      const int stage = i / (kPanels * 1024), pn = i / 1024 % kPanels, byte = i % 1024;
-      const int row_bytes = pn < Cfg::kVFullPanels ? 128 : 64;
-      if (byte >= 8 * row_bytes) continue;
-      sm.v(stage)[sm.v_panel(pn) + Cfg::kHeadDim * row_bytes + byte] = byte < row_bytes ? kOne : 0;
-    }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  }
   __syncthreads();
 
   if (wg == 0) {
@@ -196,12 +181,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp = tid / 32;
   const bool leader = tid == 0;
 
-  // O, and with kRowSumMma one more n8 tile: the row sums (column D, held
-  // by quad lane 0) and 7 zero columns.
-  constexpr int kOTiles = Cfg::kPvN / 8;
-  float o[1][kOTiles][4];
-  auto& o_flat = reinterpret_cast<float(&)[Cfg::kPvN / 2]>(o);
-  auto& o_d = reinterpret_cast<float(&)[1][kDTiles][4]>(o);  // O's own D columns
+  float o[1][kDTiles][4];
+  auto& o_flat = reinterpret_cast<float(&)[D / 2]>(o);
   float s[1][kNTiles][4];
   auto& s_flat = reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s);
   uint32_t pf[kKBlocks][4];  // P as the A fragments of P V's k32 steps
@@ -264,7 +245,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const uint64_t b = kk < 4 * Cfg::kVFullPanels
                              ? desc_advance(dv, Fp8SmemLayout<Cfg>::v_panel(kk / 4) + (kk % 4) * 32)
                              : desc_advance(dv_tail, (kk - 4 * Cfg::kVFullPanels) * 32);
-      MmaRsK32<P8, T, Cfg::kPvN>::run(o_flat, pf[kk], b, 1u);
+      MmaRsK32<P8, T, D>::run(o_flat, pf[kk], b, 1u);
     }
     wgmma_commit();
   };
@@ -325,10 +306,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const float w0 = fp8_to_float(static_cast<uint8_t>(r0 >> shift), kFp8Kind<P8>);
       const float w1 = fp8_to_float(static_cast<uint8_t>(r1 >> shift), kFp8Kind<P8>);
 #pragma unroll
-      for (int dt = 0; dt < kOTiles; ++dt)
+      for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          // V^T row d (d >= D: the ones atom), key j: byte j % 128 of row d
+          // V^T row d, key j: byte j % 128 of row d
           // of 128-key panel j / 128 (chunks ^ d % 8), or byte jj of the
           // 64-byte tail panel's row d (chunks ^ (d / 2) % 4: the swizzle
           // XORs address bits 4-5 with 7-8).
@@ -369,7 +350,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int t_begin = tw.t_begin(), t_end = tw.t_end();
     const int row0 = tw.m0 + cw * 64 + warp * 16;
 #pragma unroll
-    for (int dt = 0; dt < kOTiles; ++dt)
+    for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[0][dt][e] = 0.f;
     Softmax softmax;
@@ -393,10 +374,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
-      if constexpr (Cfg::kRowSumMma)
-        return softmax.template step<false>(s, c, alpha);  // the P V MMA sums the FP8 P (the ones atom)
-      else
-        return softmax.step(s, c, alpha);
+      return softmax.step(s, c, alpha);
     };
     auto release_q = [&] {
       if (leader) mbar_arrive(sm.q_empty());
@@ -443,7 +421,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_wait<0>();
         fence_operands(o_flat);
         if (leader) mbar_arrive(sm.v_empty(prev.stage));
-        if (moved) OnlineSoftmax<1, kNTiles, kOTiles>::rescale(o, alpha);
+        if (moved) Softmax::rescale(o, alpha);
         pack_p();
         prev = st;
         st.advance();
@@ -464,24 +442,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       release_q();
     }
 
-    if constexpr (Cfg::kRowSumMma) {
-      // The row sums: column D of O, in quad lane 0 (elements 0 and 2 of
-      // the ones tile: rows g and g + 8).
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) softmax.l[0][hh] = __shfl_sync(0xffffffffu, o[0][kDTiles][2 * hh], lane & ~3);
-    } else {
-      softmax.finish();
-    }
-    // O's columns only, not the row sums.
-    if (p.v_descale != nullptr) scale_o(o_d, descale_at(p.v_descale, p, tw.w.b, tw.w.hk));
+    softmax.finish();
+    if (p.v_descale != nullptr) scale_o(o, descale_at(p.v_descale, p, tw.w.b, tw.w.hk));
     const float lse_scale = c * kLn2;
     const int lane_row = row0 + lane / 4;
     if (p.num_splits > 1) {
-      store_split_partials<1, kDTiles, D>(p, tw.w, lane_row, o_d, softmax.m, softmax.l, lse_scale, lane);
+      store_split_partials<1, kDTiles, D>(p, tw.w, lane_row, o, softmax.m, softmax.l, lse_scale, lane);
       continue;
     }
     float lse[1][2];
-    finalize_rows<1, kDTiles>(o_d, softmax.m, softmax.l, lse_scale, lse);
+    finalize_rows<1, kDTiles>(o, softmax.m, softmax.l, lse_scale, lse);
     store_lse<1>(p, tw.w, lse, lane_row, lane);
 
     // O -> this consumer's rows of the 16-bit O panels (chunk c of row r at
@@ -489,7 +459,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // stores them (the copy engine clips rows past the tensor's end).
     if (leader) ::cuda::ptx::cp_async_bulk_wait_group_read(::cuda::ptx::n32_t<0>{});
     named_sync(1 + cw, 128);
-    o_to_panels<To, Cfg::kBlockM>(o_d, sm.o(), cw, warp, lane);
+    o_to_panels<To, Cfg::kBlockM>(o, sm.o(), cw, warp, lane);
     ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared);  // generic writes -> copy engine reads
     named_sync(1 + cw, 128);
     if (leader && tw.m0 + cw * 64 < tw.len_q(p)) {
