@@ -523,19 +523,22 @@ __device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
 // phase(r) ^ phase(r + 2) in {2, 3}; D = 32 (four rows per bank row)
 // needs phase(r) != phase(r + 4).
 //
-// Thread t copies chunk t % kChunks of rows t / kChunks + pass *
-// kRowsPerPass (whole row segments per warp: coalesced). Rows at or past
-// `n` are zero-filled, as in TileLoader.
+// Thread t of the kCopiers that copy the tile (the CTA, or one key warp
+// copying its own keys) copies chunk t % kChunks of rows t / kChunks +
+// pass * kRowsPerPass (whole row segments per warp: coalesced). Rows at or
+// past `n` are zero-filled, as in TileLoader. at() and phase() hold for a
+// part of a tile too when it starts at a multiple of 8 rows (phase()
+// repeats every 8 rows).
 // ---------------------------------------------------------------------------
-template <class Cfg, int kRows>
+template <class Cfg, int kRows, int kCopiers = Cfg::kThreads>
 struct Fp8KvTile {
   static constexpr int kHeadDim = Cfg::kHeadDim;
   static constexpr int kChunks = kHeadDim / 16;  // 16-byte FP8 chunks per row
-  static constexpr int kRowsPerPass = Cfg::kThreads / kChunks;
+  static constexpr int kRowsPerPass = kCopiers / kChunks;
   static constexpr int kPasses = kRows / kRowsPerPass;
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "FP8 K/V rows are 32, 64, 128 or 256 bytes (the swizzle phases below)");
-  static_assert(Cfg::kThreads % kChunks == 0 && kRows % kRowsPerPass == 0 && kRows % 16 == 0,
+  static_assert(kCopiers % kChunks == 0 && kRows % kRowsPerPass == 0 && kRows % 16 == 0,
                 "FP8 K/V tiles are whole passes of whole rows and whole k16 steps");
 
   __device__ __forceinline__ static int phase(int r) {
@@ -559,11 +562,26 @@ struct Fp8KvTile {
   }
 
   // The tile whose row 0 starts at `first`; rows at or past `count` are
-  // zero-filled (their copies name `valid`, reading nothing).
+  // zero-filled (their copies name `valid`, reading nothing). A whole tile
+  // (count >= kRows: every tile but a sequence's last; CTA-uniform) takes
+  // no per-row test: a pointer step and a copy per pass, the shared
+  // offsets constants past the first kCycle passes (phase() repeats every
+  // 8 rows).
   __device__ static void load_tile(uint32_t raw, const uint8_t* first, int64_t stride, int count,
                                    const uint8_t* valid, int tid) {
     const int r = tid / kChunks;
     const uint8_t* src = first + static_cast<int64_t>(r) * stride + (tid % kChunks) * 16;
+    if (count >= kRows) {
+      constexpr int kCycle = kRowsPerPass % 8 == 0 ? 1 : kRowsPerPass % 4 == 0 ? 2 : kRowsPerPass % 2 == 0 ? 4 : 8;
+      uint32_t dst[kCycle];
+#pragma unroll
+      for (int i = 0; i < kCycle; ++i) dst[i] = raw + own(tid, i);
+      const int64_t step = static_cast<int64_t>(kRowsPerPass) * stride;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass)
+        cp_async_16(dst[pass % kCycle] + (pass / kCycle) * (kCycle * kRowsPerPass * kHeadDim), src + pass * step);
+      return;
+    }
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const bool in = r + pass * kRowsPerPass < count;
@@ -1031,7 +1049,9 @@ __device__ void merge_key_warps(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Soft
 // 1 publishes it and frees the stage of tile t-1, into which K/V[t+S-1]
 // are issued; then "V[t] landed" is wait_group(2S - 2), and barrier 2
 // publishes it (and votes NonFiniteV). No conversion pass, no barrier
-// besides the two a 16-bit tile has.
+// besides the two a 16-bit tile has. With key warps (kOwnKeys) the two
+// barriers are each warp's own (__syncwarp, a warp vote): a key warp
+// copies and reads only its share of every tile.
 // ---------------------------------------------------------------------------
 // kMode: the operand layout this instantiation reads (launch.h: SeqMode).
 // Dense problems read no metadata; ragged and seqused_k problems resolve
@@ -1118,8 +1138,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   using QLoader = TileLoader<T, Cfg, Cfg::kBlockM>;
   using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
   // kFp8Kv: after the Q tile, the raw FP8 stages of K, then those of V
-  // (byte offsets in smem, + stage * kSmemRaw each).
-  using Fp8Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  // (byte offsets in smem, + stage * kSmemRaw each). With key warps
+  // (Cfg::kKeyWarps > 1, kOwnKeys) each key warp copies, checks and reads
+  // only its own keys of every tile, rows [key0, key0 + kKeysPerWarp) of
+  // the stage, so it waits for its own copies (cp.async.wait_group and
+  // __syncwarp), not the CTA's: the key warps stream their shares
+  // independently, share the Q tile (read-only in the key loop) and meet
+  // again in merge_key_warps. Otherwise the CTA copies each tile.
+  constexpr bool kOwnKeys = kFp8Kv && Cfg::kKeyWarps > 1;
+  using Fp8Tile = Fp8KvTile<Cfg, kOwnKeys ? Cfg::kKeysPerWarp : Cfg::kBlockN, kOwnKeys ? 32 : Cfg::kThreads>;
+  const int copier = kOwnKeys ? lane : tid;  // this thread's index among a tile's copiers
+  const int copy0 = kOwnKeys ? key0 : 0;     // the first key of the tile they copy
+  const uint32_t copy_off = static_cast<uint32_t>(copy0 * Cfg::kHeadDim);  // its byte offset in a raw stage
   constexpr int kRawStages = Fp8StagesOf<Cfg, kFp8Kv>::value;
   constexpr uint32_t kRawBytes = Fp8StagesOf<Cfg, kFp8Kv>::bytes;
   constexpr uint32_t rawK = Cfg::kSmemQ;
@@ -1168,10 +1198,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kFp8Kv) {
       if constexpr (kPaged)
         Fp8Tile::load_paged(
-            sQ + dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, one_page, n0, w.len_k(p),
-            tid);
+            sQ + dst + copy_off, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, one_page,
+            n0 + copy0, w.len_k(p), copier);
       else
-        Fp8Tile::load(sQ + dst, k, p.k_stride[2], n0, w.len_k(p), tid);
+        Fp8Tile::load(sQ + dst + copy_off, k, p.k_stride[2], n0 + copy0, w.len_k(p), copier);
     } else if constexpr (kPaged) {
       KVLoader::load_paged(dst, k, p.k_stride[2], staged_row(n0, p.k_stride[0], p.k_stride[2]), run, n0,
                            w.len_k(p), tid);
@@ -1183,10 +1213,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kFp8Kv) {
       if constexpr (kPaged)
         Fp8Tile::load_paged(
-            sQ + dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, one_page, n0, w.len_k(p),
-            tid);
+            sQ + dst + copy_off, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, one_page,
+            n0 + copy0, w.len_k(p), copier);
       else
-        Fp8Tile::load(sQ + dst, v, p.v_stride[2], n0, w.len_k(p), tid);
+        Fp8Tile::load(sQ + dst + copy_off, v, p.v_stride[2], n0 + copy0, w.len_k(p), copier);
     } else if constexpr (kPaged) {
       KVLoader::load_paged(dst, v, p.v_stride[2], staged_row(n0, p.v_stride[0], p.v_stride[2]), run, n0,
                            w.len_k(p), tid);
@@ -1294,6 +1324,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // leaves F32's normal range (a row's max |q| below ~2^-100 under a score
   // factor below 1: logits ~0, a uniform row either way).
   [[maybe_unused]] float q_row_factor[Cfg::kMSlices][2];
+  if constexpr (kOwnKeys && !kQkRowScaled) {
+    cp_async_wait<2 * kRawStages - 3>();
+    __syncthreads();  // every thread's Q chunks: the key loop's waits are per warp (kOwnKeys)
+  }
   if constexpr (kQkRowScaled) {
     cp_async_wait<2 * kRawStages - 3>();
     __syncthreads();  // every thread's Q chunks (the copies spread rows over warps)
@@ -1319,7 +1353,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
     if constexpr (kFp8Kv) {
       cp_async_wait<2 * kRawStages - 3>();  // K[t] landed (this thread's part) ...
-      __syncthreads();  // ... everyone's; and every warp is done with tile t-1's stage
+      // ... every copier's; and they are all done with tile t-1's stage
+      if constexpr (kOwnKeys) __syncwarp();
+      else __syncthreads();
       const int ahead = t + kRawStages - 1;
       const int free_stage = raw_stage == 0 ? kRawStages - 1 : raw_stage - 1;  // tile t-1's
       if (ahead < w.t_end) load_k(rawK + free_stage * kRawBytes, ahead * Cfg::kBlockN);
@@ -1413,8 +1449,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       // The barrier publishes V[t] and votes NonFiniteV (edge tiles only).
       const int n0 = t * Cfg::kBlockN;
       const bool check = kGuardNonFiniteV && (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min);
-      v_bad = check && Fp8Tile::non_finite(smem + rawV + raw_stage * kRawBytes, tid, e4m3);
-      guard = __syncthreads_or(v_bad) != 0;
+      v_bad = check && Fp8Tile::non_finite(smem + rawV + raw_stage * kRawBytes + copy_off, copier, e4m3);
+      if constexpr (kOwnKeys) {
+        __syncwarp();  // the warp's copies of V[t], to every lane
+        guard = __any_sync(0xffffffffu, v_bad);
+      } else {
+        guard = __syncthreads_or(v_bad) != 0;
+      }
     } else {
       if (staged)
         cp_async_wait<3>();  // V[t] landed (this thread's part; B[t+1] may not have)

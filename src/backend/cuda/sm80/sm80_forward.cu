@@ -39,16 +39,19 @@ constexpr Shape shape_of(bool score_ops) {  // the most any layout takes
 }
 
 // The tile a problem runs (the launch's choice, fwd_launch.cuh: the 16-bit
-// decode tile by layout and score ops, sm80::with_decode16_tile).
+// decode tile by layout and score ops, sm80::with_decode16_tile; the FP8
+// K/V decode tile, sm80::with_fp8kv_decode_tile).
 template <int kHeadDim>
 Shape shape_for(bool narrow, bool fp8_kv, ScoreOps ops, bool paged) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
   const bool score_ops = ops == ScoreOps::kAll && !fp8_kv;  // the FP8 K/V kernels stage no bias
   if (fp8_kv && !narrow) return shape_of<typename Tuning::WideFp8Kv>(score_ops);
-  if (fp8_kv) return shape_of<sm80::Fp8KvDecodeTile<kHeadDim>>(score_ops);
+  auto shape = [](auto tile) { return shape_of<decltype(tile)>(false); };
+  if (fp8_kv)
+    return ops == ScoreOps::kNone ? sm80::with_fp8kv_decode_tile<kHeadDim, true>(shape)
+                                  : sm80::with_fp8kv_decode_tile<kHeadDim, false>(shape);
   if (!narrow) return shape_of<typename Tuning::Wide>(score_ops);
   if (score_ops) return shape_of<sm80::Decode16Tile<kHeadDim, false, true>>(true);
-  auto shape = [](auto tile) { return shape_of<decltype(tile)>(false); };
   if (ops == ScoreOps::kNone)
     return paged ? sm80::with_decode16_tile<kHeadDim, true, true>(shape)
                  : sm80::with_decode16_tile<kHeadDim, false, true>(shape);
