@@ -364,39 +364,49 @@ TEST_CASE("sm80 FP8 K/V: every FP8 byte decodes exactly through the register con
 }
 
 TEST_CASE("sm80 FP8 K/V: a non-finite v row reaches only the rows that see its key (causal)") {
-  // Causal N = 150 (several key tiles and the 16-row tiles of the FP8
-  // tile), random finite q / k / v except v row kBad: NaN bytes (e4m3
-  // 0x7f) or inf (e5m2 0x7c). Rows before kBad never see it and must stay
-  // finite (a 0 * NaN in the P V product would leak it); rows from kBad
-  // on see it with a non-zero weight: NaN or inf in every column.
-  constexpr int64_t N = 150, D = 128, kBad = 70;
+  // Random finite q / k / v except v row bad: NaN bytes (e4m3 0x7f) or inf
+  // (e5m2 0x7c), under a bottom-right causal mask (row i sees key j iff j
+  // <= i + Nk - Nq). Rows that never see it must stay finite (a 0 * NaN in
+  // the P V product would leak it); rows that see it, with a non-zero
+  // weight, are NaN or inf in every column. Nq = Nk = 150 on the prefill
+  // tile (several key tiles and 16-row tiles), and 16 rows over Nk = 150
+  // and 190 on the decode tile, where the bad key sits in an edge tile in
+  // the first and in the second key warp's share of it (D=128: 64-key
+  // tiles, 32 keys per key warp; keys 128..191).
+  struct Shape {
+    int64_t nq, nk, bad;
+  };
+  constexpr int64_t D = 128;
   std::mt19937 rng(20261201);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   int ran = 0;
   bool below_sm = false;
-  for (fmha_dtype qt : kQTypes)
-    for (fmha_dtype kv : kKvTypes) {
-      CAPTURE(fmha_test::dtype_label(qt));
-      CAPTURE(fmha_test::dtype_label(kv));
-      std::vector<uint16_t> q(N * D);
-      std::vector<uint8_t> k(N * D), v(N * D);
-      for (auto& x : q) x = bits_of(qt, u(rng));
-      for (auto& x : k) x = fmha_test::float_to_fp8(u(rng), kv);
-      for (auto& x : v) x = fmha_test::float_to_fp8(u(rng), kv);
-      for (int64_t e = 0; e < D; ++e) v[kBad * D + e] = kv == FMHA_DTYPE_F8E4M3 ? 0x7f : 0x7c;
-      std::vector<float> o;
-      if (!run_raw(qt, kv, N, N, D, FMHA_MASK_CAUSAL, q, k, v, &o, &below_sm)) continue;
-      ++ran;
-      int leaked = 0, missing = 0;
-      for (int64_t i = 0; i < N; ++i)
-        for (int64_t e = 0; e < D; ++e) {
-          const float x = o[i * D + e];
-          if (i < kBad) leaked += !std::isfinite(x);
-          else missing += std::isfinite(x);
-        }
-      CHECK(leaked == 0);
-      CHECK(missing == 0);
-    }
+  for (const Shape& sh : {Shape{150, 150, 70}, Shape{16, 150, 140}, Shape{16, 190, 185}})
+    for (fmha_dtype qt : kQTypes)
+      for (fmha_dtype kv : kKvTypes) {
+        CAPTURE(sh.nq);
+        CAPTURE(sh.nk);
+        CAPTURE(fmha_test::dtype_label(qt));
+        CAPTURE(fmha_test::dtype_label(kv));
+        std::vector<uint16_t> q(sh.nq * D);
+        std::vector<uint8_t> k(sh.nk * D), v(sh.nk * D);
+        for (auto& x : q) x = bits_of(qt, u(rng));
+        for (auto& x : k) x = fmha_test::float_to_fp8(u(rng), kv);
+        for (auto& x : v) x = fmha_test::float_to_fp8(u(rng), kv);
+        for (int64_t e = 0; e < D; ++e) v[sh.bad * D + e] = kv == FMHA_DTYPE_F8E4M3 ? 0x7f : 0x7c;
+        std::vector<float> o;
+        if (!run_raw(qt, kv, sh.nq, sh.nk, D, FMHA_MASK_CAUSAL, q, k, v, &o, &below_sm)) continue;
+        ++ran;
+        int leaked = 0, missing = 0;
+        for (int64_t i = 0; i < sh.nq; ++i)
+          for (int64_t e = 0; e < D; ++e) {
+            const float x = o[i * D + e];
+            if (sh.bad > i + sh.nk - sh.nq) leaked += !std::isfinite(x);
+            else missing += std::isfinite(x);
+          }
+        CHECK(leaked == 0);
+        CHECK(missing == 0);
+      }
   if (!below_sm) CHECK(ran > 0);
 }
 
