@@ -140,14 +140,15 @@ else
   note "ncu: not there or no time left"
 fi
 
-# The candidates' correctness: the D=128 decode cases and every byte, quick.
+# The candidates' correctness (plain kernels): the decode cases, every
+# byte, the non-finite v rows; quick.
 for t in "${tiles[@]:1}"; do
   if (($(left) < 12)); then
     note "candidate tests from $t on: skipped (time)"
     break
   fi
   STEP_TIMEOUT=$(left) step "tests_$t" "$out/.one" env FMHA_SM80_FP8KV_TILE="$t" FMHA_TEST_QUICK=4 "$tg" \
-    -tc="sm80 FP8 K/V: decode*,sm80 FP8 K/V: every*" || status=1
+    -tc="sm80 FP8 K/V: decode*,sm80 FP8 K/V: every*,sm80 FP8 K/V: a non-finite*" || status=1
   cat "$out/.one" >>"$out/tests.log"
 done
 # Second round of the bar rows.
