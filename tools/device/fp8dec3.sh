@@ -8,8 +8,10 @@
 # (Fp8KvTile::load_tile);
 # candidate decode tiles compiled into the same build
 # (FMHA_SM80_FP8KV_EXPERIMENTS=ON, picked at run time by
-# FMHA_SM80_FP8KV_TILE: "kw1" = the head dim's tile with one key warp, and
-# the D=128 tiles 64.3.4.4, 64.4.3.4, 128.3.2.4, 32.7.3.2, 128.2.3.2 =
+# FMHA_SM80_FP8KV_TILE: "kw1" = the head dim's tile with one key warp,
+# "cta" = its two key warps sharing each tile's copies and the CTA's
+# barriers (the tile before this branch), and the D=128 tiles 64.3.4.4,
+# 64.4.3.4, 128.3.2.4, 32.7.3.2, 128.2.3.2 =
 # kBlockN.kMinBlocksPerSm.kRawStages.kKeyWarps). From the repository root
 # on the device machine, logs under $OUT (else ./fp8dec3-out):
 #
@@ -96,7 +98,7 @@ step fp8_tests "$out/tests.log" "$tg" -tc="sm80 FP8*" || status=1
 # The candidates' FP8 rows (--case), interleaved with the default; then a
 # second round of the bar rows. summary: "tile | row | of copy".
 fp8_rows='bf16 q, e4m3|bf16 q, e5m2|f16 q, e4m3|f16 q, e5m2'
-tiles=(default kw1 64.3.4.4 64.4.3.4 128.3.2.4 32.7.3.2 128.2.3.2)
+tiles=(default kw1 cta 64.3.4.4 64.4.3.4 128.3.2.4 32.7.3.2 128.2.3.2)
 bench_tile() {  # tile, round, extra bench arguments...
   local tile=$1 round=$2
   shift 2
@@ -115,7 +117,7 @@ note "fp8kv decode, of copy (tile, round, row, of copy, arguments):"
 for t in "${tiles[@]}"; do bench_tile "$t" 1 --case "$fp8_rows"; done
 bench_tile default 1 --case 'bf16 q, bf16 K/V'  # the BF16 K/V reference rows
 for d in 64 256; do
-  for t in default kw1; do bench_tile "$t" 1 --d "$d" --case 'bf16 q, e4m3 K/V|f16 q, e5m2'; done
+  for t in default kw1 cta; do bench_tile "$t" 1 --d "$d" --case 'bf16 q, e4m3 K/V|f16 q, e5m2'; done
 done
 for s in 16 32 64; do bench_tile default 1 --splits "$s" --case 'bf16 q, e4m3 K/V'; done
 note "fp8kv run 1 done at $((SECONDS - t_run)) s"

@@ -1158,13 +1158,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
   // kFp8Kv: after the Q tile, the raw FP8 stages of K, then those of V
   // (byte offsets in smem, + stage * kSmemRaw each). With key warps
-  // (Cfg::kKeyWarps > 1, kOwnKeys) each key warp copies, checks and reads
+  // (Cfg::kKeyWarps > 1, Cfg::kOwnKeys) each key warp copies, checks and reads
   // only its own keys of every tile, rows [key0, key0 + kKeysPerWarp) of
   // the stage, so it waits for its own copies (cp.async.wait_group and
   // __syncwarp), not the CTA's: the key warps stream their shares
   // independently, share the Q tile (read-only in the key loop) and meet
   // again in merge_key_warps. Otherwise the CTA copies each tile.
-  constexpr bool kOwnKeys = kFp8Kv && Cfg::kKeyWarps > 1;
+  constexpr bool kOwnKeys = kFp8Kv && Cfg::kOwnKeys;
   using Fp8Tile = Fp8KvTile<Cfg, kOwnKeys ? Cfg::kKeysPerWarp : Cfg::kBlockN, kOwnKeys ? 32 : Cfg::kThreads>;
   const int copier = kOwnKeys ? lane : tid;  // this thread's index among a tile's copiers
   const int copy0 = kOwnKeys ? key0 : 0;     // the first key of the tile they copy

@@ -23,9 +23,11 @@ struct TileConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;  // __launch_bounds__ register cap
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kStages = kStages_;
-  // Warps that split each key tile among themselves (Fp8KvTileConfig only).
+  // Warps that split each key tile among themselves (Fp8KvTileConfig only),
+  // and whether each copies its own keys (kOwnKeys; fwd_kernel.cuh).
   static constexpr int kKeyWarps = 1;
   static constexpr int kKeysPerWarp = kBlockN;
+  static constexpr bool kOwnKeys = false;
 
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
   static constexpr int kMSlices = kRowsPerWarp / 16;  // m16 slices per warp
@@ -89,6 +91,7 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocks
 struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_> {
   using Base = TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_>;
   static constexpr int kKeyWarps = kKeyWarps_;
+  static constexpr bool kOwnKeys = kKeyWarps > 1;
   static constexpr int kThreads = kWarps_ * kKeyWarps * 32;
   static constexpr int kKeysPerWarp = kBlockN_ / kKeyWarps;
   static constexpr int kNTiles = kKeysPerWarp / 8;  // n8 tiles of S per slice and warp
@@ -105,6 +108,13 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
   static_assert(kKeyWarps == 1 || kWarps_ == 1, "key warps split the tile of a one-warp row group");
   static_assert(kKeysPerWarp % 16 == 0, "each key warp takes whole k16 steps of P V");
   static_assert(kHeadDim_ % 32 == 0, "whole 32-byte (k32) blocks of an FP8 key row");
+};
+
+// An experiment's variant of a key-warp tile whose key warps share each
+// tile's copies and the CTA's barrier pair (the tile before kOwnKeys).
+template <class Tile>
+struct SharedKeyCopies : Tile {
+  static constexpr bool kOwnKeys = false;
 };
 
 // Per head dim, for sm_80 and newer (one build serves sm_80 and sm_90; the
@@ -304,12 +314,14 @@ using Fp8KvDecodeTile = typename Sm80Tuning<kHeadDim>::NarrowFp8Kv;
 // FP8 K/V units' plain kernels (ScoreOps::kNone) also compile the candidate
 // decode tiles below, and FMHA_SM80_FP8KV_TILE (read once per process, by
 // the host plan and the launch alike) picks one by name: "kw1" is the
-// head dim's tile with one key warp; the others are D=128 tiles
-// "kBlockN.kMinBlocksPerSm.kRawStages.kKeyWarps" (other head dims keep
-// theirs). Unset or unknown: Fp8KvDecodeTile. tools/device/fp8dec3.sh
+// head dim's tile with one key warp, "cta" its key warps sharing each
+// tile's copies and the CTA's barriers (SharedKeyCopies); the others are
+// D=128 tiles "kBlockN.kMinBlocksPerSm.kRawStages.kKeyWarps" (other head
+// dims keep theirs). Unset or unknown: Fp8KvDecodeTile. tools/device/fp8dec3.sh
 // times them.
 #if FMHA_SM80_FP8KV_EXPERIMENTS
-constexpr const char* kFp8KvTileNames[] = {"kw1", "64.3.4.4", "64.4.3.4", "128.3.2.4", "32.7.3.2", "128.2.3.2"};
+constexpr const char* kFp8KvTileNames[] = {"kw1",      "64.3.4.4", "64.4.3.4", "128.3.2.4",
+                                           "32.7.3.2", "128.2.3.2", "cta"};
 inline int sm80_fp8kv_tile_choice() {
   static const int choice = env_choice("FMHA_SM80_FP8KV_TILE", kFp8KvTileNames);
   return choice;
@@ -328,6 +340,8 @@ auto with_fp8kv_decode_tile(Fn&& fn) {
     if (choice == 1)
       return fn(Fp8KvTileConfig<kHeadDim, Tile::kBlockM, Tile::kBlockN, Tile::kWarps, Tile::kMinBlocksPerSm,
                                 Tile::kRawStages, 1>{});
+    if constexpr (Tile::kOwnKeys)
+      if (choice == 7) return fn(SharedKeyCopies<Tile>{});
     if constexpr (kHeadDim == 128) {
       switch (choice) {
         case 2: return fn(Fp8KvTileD128<64, 3, 4, 4>{});
