@@ -22,11 +22,11 @@
 #                SASS of the default D=128 BF16 FP8 decode kernel (sass.txt)
 #   STAGE=run    test_gpu -tc="sm80 FP8*" on the default tiles; the fp8kv
 #                bench's FP8 rows for the default and each candidate (one
-#                round, then a second of the bar rows, interleaved); D=64
-#                and D=256 default vs kw1; forced split counts; ncu of one
-#                B=1 decode call and its combine (if ncu is there); the
-#                candidates' quick D=128 FP8 tests; memcheck of a quick
-#                FP8 subset. Under ~90 s (optional steps skip on time)
+#                round, interleaved); D=64 and D=256 default vs kw1 and cta;
+#                forced split counts; ncu of one B=1 decode call and its
+#                combine (if ncu is there); memcheck of a quick FP8 subset;
+#                the candidates' quick FP8 decode tests; a second round of
+#                the bar rows. Under ~90 s (later steps skip on time)
 #   (unset)      both
 #
 # What it should show: every step rc=0 and "0 failed"; fp8kv of copy for
@@ -122,18 +122,10 @@ done
 for s in 16 32 64; do bench_tile default 1 --splits "$s" --case 'bf16 q, e4m3 K/V'; done
 note "fp8kv run 1 done at $((SECONDS - t_run)) s"
 
-# compute-sanitizer on a quick FP8 subset (the default tiles).
-if (($(left) > 10)); then
-  STEP_TIMEOUT=$(( $(left) < 20 ? $(left) : 20 )) step memcheck "$out/.one" env FMHA_TEST_QUICK=8 compute-sanitizer --tool memcheck \
-    --error-exitcode 9 "$tg" -tc="sm80 FP8 K/V: decode*,sm80 FP8 K/V: every*" || status=1
-  cat "$out/.one" >>"$out/tests.log"
-else
-  note "memcheck: skipped (time)"
-fi
 # One B=1 decode call and its split combine under ncu: where the time goes.
 ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-if [[ -n $ncu_bin ]] && (($(left) > 30)); then
-  STEP_TIMEOUT=40 STEP_PATTERN='fwd_kernel|combine|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|ERR' \
+if [[ -n $ncu_bin ]] && (($(left) > 25)); then
+  STEP_TIMEOUT=30 STEP_PATTERN='fwd_kernel|combine|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|ERR' \
     STEP_LINES=40 step ncu "$out/ncu.txt" "$ncu_bin" --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section SchedulerStats --section WarpStateStats --section ComputeWorkloadAnalysis -k 'regex:fwd_kernel|combine' \
     --launch-skip 6 --launch-count 2 "$bench" --suite fp8kv --kernels cuda_sm80_tc --no-check --group-ms 2 \
@@ -142,6 +134,14 @@ else
   note "ncu: not there or no time left"
 fi
 
+# compute-sanitizer on a quick FP8 subset (the default tiles).
+if (($(left) > 8)); then
+  STEP_TIMEOUT=$(( $(left) < 20 ? $(left) : 20 )) step memcheck "$out/.one" env FMHA_TEST_QUICK=8 compute-sanitizer --tool memcheck \
+    --error-exitcode 9 "$tg" -tc="sm80 FP8 K/V: decode*,sm80 FP8 K/V: every*,sm80 FP8 K/V: a non-finite*" || status=1
+  cat "$out/.one" >>"$out/tests.log"
+else
+  note "memcheck: skipped (time)"
+fi
 # The candidates' correctness (plain kernels): the decode cases, every
 # byte, the non-finite v rows; quick.
 for t in "${tiles[@]:1}"; do
