@@ -655,28 +655,6 @@ struct Fp8Pairs {
       const __half2 x = fp8x2_to_half2(static_cast<uint16_t>(two), kKind);
       h = *reinterpret_cast<const uint32_t*>(&x);
     }
-    return to_t(h);
-  }
-  // pair<kKind, 0, 2>(w) and pair<kKind, 1, 3>(w): e4m3 with one byte
-  // permute for both ([b3 b1 b2 b0], then a cvt of each half) instead of
-  // one each.
-  template <__nv_fp8_interpretation_t kKind>
-  __device__ __forceinline__ static void pairs_0213(uint32_t w, uint32_t& p02, uint32_t& p13) {
-    if constexpr (kKind == __NV_E5M2) {
-      p02 = pair<kKind, 0, 2>(w);
-      p13 = pair<kKind, 1, 3>(w);
-    } else {
-      const uint32_t x = __byte_perm(w, 0u, 0x3120u);
-      const __half2 lo = fp8x2_to_half2(static_cast<uint16_t>(x & 0xffffu), kKind);
-      const __half2 hi = fp8x2_to_half2(static_cast<uint16_t>(x >> 16), kKind);
-      p02 = to_t(*reinterpret_cast<const uint32_t*>(&lo));
-      p13 = to_t(*reinterpret_cast<const uint32_t*>(&hi));
-    }
-  }
-
- private:
-  // F16 pair bits -> a pair of T.
-  __device__ __forceinline__ static uint32_t to_t(uint32_t h) {
     if constexpr (std::is_same<T, __half>::value) {
       return h;
     } else {
@@ -869,9 +847,12 @@ struct WarpPVFp8 {
         // 2cp + 1 even / odd dims; b0b1 from keys 0..7, b2b3 from 8..15.
         uint32_t b[4][2];
 #pragma unroll
-        for (int c = 0; c < 2; ++c)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) P::template pairs_0213<kKind>(r[2 * c + h], b[2 * c][h], b[2 * c + 1][h]);
+        for (int c = 0; c < 2; ++c) {
+          b[2 * c][0] = P::template pair<kKind, 0, 2>(r[2 * c]);
+          b[2 * c][1] = P::template pair<kKind, 0, 2>(r[2 * c + 1]);
+          b[2 * c + 1][0] = P::template pair<kKind, 1, 3>(r[2 * c]);
+          b[2 * c + 1][1] = P::template pair<kKind, 1, 3>(r[2 * c + 1]);
+        }
 #pragma unroll
         for (int x = 0; x < 4; ++x) {
           if constexpr (kGuarded) {
