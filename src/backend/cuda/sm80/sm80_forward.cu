@@ -125,6 +125,15 @@ const char* dtype_combination_refused(const Problem& p) {
   return nullptr;
 }
 
+// The score ops of the kernel a problem launches. Descales take no kAll
+// kernel here: the FP8 K/V kernels fold them in (and only they run them),
+// so the host plan must pick its tile with these, not score_ops_of().
+ScoreOps launch_ops(const Problem& p) {
+  return p.has_bias() || p.alibi_slopes != nullptr ? ScoreOps::kAll
+         : p.softcap != 0.f                        ? ScoreOps::kSoftcap
+                                                   : ScoreOps::kNone;
+}
+
 // How one problem runs: tile, packing, grid, splits. supports, workspace and
 // forward all read this one function, so they cannot disagree.
 struct Plan {
@@ -140,7 +149,7 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const int64_t pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype), score_ops_of(p),
+    plan.shape = shape_for<decltype(head_dim)::value>(plan.narrow, is_fp8(p.kv_dtype), launch_ops(p),
                                                       p.layout.paged());
   });
   if (!instantiated) return plan;
@@ -200,11 +209,7 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   sm80::LaunchArgs a;
   a.blocks = plan.grid.blocks();
   a.narrow = plan.narrow;
-  // Descales take no kAll kernel here: the FP8 K/V kernels fold them in
-  // (and only they run them).
-  a.ops = p.has_bias() || p.alibi_slopes != nullptr ? ScoreOps::kAll
-          : p.softcap != 0.f                        ? ScoreOps::kSoftcap
-                                                    : ScoreOps::kNone;
+  a.ops = launch_ops(p);
   a.mode = seq_mode(p.layout);
   if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   a.device = dev.ordinal;
