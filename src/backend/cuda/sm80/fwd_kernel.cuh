@@ -745,6 +745,62 @@ struct QRowsToF16 {
 };
 
 // ---------------------------------------------------------------------------
+// QFragments: the F16 Q tile of an FP8 K/V kernel, rewritten once per work
+// tile (after QRowsToF16) from rows into WarpQKFp8's A fragments, so that
+// each of its k16 steps reads one 16-byte quad per lane in the register
+// order mma.sync takes: {x.x, y.x, x.y, y.y} (step A of k32 block j) and
+// {x.z, y.z, x.w, y.w} (step B), x and y lane (g, q)'s 16 bytes of rows g
+// and g + 8 at dims 32j + 8q .. +7 (WarpQKFp8's dim order). Read as rows,
+// those quads cost four register moves per mma (H200 SASS, fp8dec3's
+// first checkpoint: 128 IMAD.MOV per 32 mma, a sixth of a tile's
+// instructions). Each 16-row slice keeps its place in the tile and holds
+// its fragments lane-minor, quad h = 2j + step at byte (32 h + lane) 16 of
+// the slice (conflict-free 16-byte reads), D / 32 x 1 KB of the slice's
+// 16 x kPitch x 2 bytes. Each warp rewrites its own slices in place (all
+// its reads before its writes); key warps share the rows: key warp 0
+// rewrites them after every key warp is past its last row read, and the
+// whole CTA calls this (its barriers).
+// ---------------------------------------------------------------------------
+template <class Cfg>
+struct QFragments {
+  static constexpr int kQuads = Cfg::kHeadDim / 16;  // 16-byte A quads per lane and slice
+  static_assert(kQuads * 32 * 16 <= 16 * Cfg::kPitch * 2, "a slice's fragments fit its rows");
+  // Byte offset of slice ms of row group `warp` in the Q tile.
+  __host__ __device__ static constexpr uint32_t slice_offset(int warp, int ms) {
+    return static_cast<uint32_t>((warp * Cfg::kRowsPerWarp + ms * 16) * Cfg::kPitch * 2);
+  }
+  // Byte offset of lane `lane`'s quad h in its slice.
+  __device__ __forceinline__ static uint32_t at(int h, int lane) { return static_cast<uint32_t>((h * 32 + lane) * 16); }
+
+  __device__ static void run(unsigned char* sQ, int row_warp, int key_warp, int lane) {
+    const int q = lane & 3;
+    const int row = row_warp * Cfg::kRowsPerWarp + (lane >> 2);
+    uint4 f[Cfg::kMSlices][kQuads];
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int j = 0; j < Cfg::kHeadDim / 32; ++j) {
+        const uint4 x = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16, 4 * j + q));
+        const uint4 y = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16 + 8, 4 * j + q));
+        f[ms][2 * j] = make_uint4(x.x, y.x, x.y, y.y);
+        f[ms][2 * j + 1] = make_uint4(x.z, y.z, x.w, y.w);
+      }
+    if constexpr (Cfg::kKeyWarps > 1) __syncthreads();  // every key warp is past its row reads
+    else __syncwarp();                                 // every lane of the warp is
+    if (key_warp == 0) {
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+        for (int h = 0; h < kQuads; ++h)
+          *reinterpret_cast<uint4*>(sQ + slice_offset(row_warp, ms) + at(h, lane)) = f[ms][h];
+    }
+    // The fragments, before any lane (key warp) reads another's.
+    if constexpr (Cfg::kKeyWarps > 1) __syncthreads();
+    else __syncwarp();
+  }
+};
+
+// ---------------------------------------------------------------------------
 // WarpQKFp8: s[ms][nt] = Q[rows of slice ms] . K[keys of n8 tile nt]^T with
 // K raw FP8 (Fp8KvTile). The sum over the head dim may visit the dims in
 // any order that Q and K agree on; this one makes each fragment one plain
@@ -754,8 +810,8 @@ struct QRowsToF16 {
 // 16-byte read each (x, y: 16-bit dims +0..7). The block's two k16 steps
 // then are: step A (k 2q, 2q+1 <- dims +0, +1; k 2q+8, 2q+9 <- dims +2, +3)
 // a = {x.x, y.x, x.y, y.y}, b = {pair(u.x: bytes 0, 1), pair(u.x: 2, 3)};
-// step B (dims +4..7) a = {x.z, y.z, x.w, y.w}, b from u.y alike.
-// In F16 whatever q's dtype: a BF16 q's tile holds F16 rows by then
+// step B (dims +4..7) a = {x.z, y.z, x.w, y.w}, b from u.y alike; each a
+// is one 16-byte read of QFragments' layout. In F16 whatever q's dtype: a BF16 q's tile holds F16 rows by then
 // (QRowsToF16), so K converts to F16 only (Fp8Pairs<__half>).
 // ---------------------------------------------------------------------------
 template <class Cfg>
@@ -770,14 +826,14 @@ struct WarpQKFp8 {
                              int lane) {
     using P = Fp8Pairs<T>;
     const int q = lane & 3;
-    const int row = warp * Cfg::kRowsPerWarp + (lane >> 2);
 #pragma unroll
     for (int j = 0; j < Cfg::kHeadDim / 32; ++j) {
-      uint4 x[Cfg::kMSlices], y[Cfg::kMSlices];
+      uint4 f0[Cfg::kMSlices], f1[Cfg::kMSlices];  // the A quads of step A and B (QFragments)
 #pragma unroll
       for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
-        x[ms] = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16, 4 * j + q));
-        y[ms] = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16 + 8, 4 * j + q));
+        const unsigned char* frag = sQ + QFragments<Cfg>::slice_offset(warp, ms);
+        f0[ms] = *reinterpret_cast<const uint4*>(frag + QFragments<Cfg>::at(2 * j, lane));
+        f1[ms] = *reinterpret_cast<const uint4*>(frag + QFragments<Cfg>::at(2 * j + 1, lane));
       }
 #pragma unroll
       for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
@@ -787,8 +843,8 @@ struct WarpQKFp8 {
         const uint32_t b2 = P::template pair<kKind, 0, 1>(u.y), b3 = P::template pair<kKind, 2, 3>(u.y);
 #pragma unroll
         for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
-          const uint32_t a0[4] = {x[ms].x, y[ms].x, x[ms].y, y[ms].y};
-          const uint32_t a1[4] = {x[ms].z, y[ms].z, x[ms].w, y[ms].w};
+          const uint32_t a0[4] = {f0[ms].x, f0[ms].y, f0[ms].z, f0[ms].w};
+          const uint32_t a1[4] = {f1[ms].x, f1[ms].y, f1[ms].z, f1[ms].w};
           MmaType<T>::mma(s[ms][nt], a0, b0, b1);
           MmaType<T>::mma(s[ms][nt], a1, b2, b3);
         }
@@ -1324,9 +1380,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // leaves F32's normal range (a row's max |q| below ~2^-100 under a score
   // factor below 1: logits ~0, a uniform row either way).
   [[maybe_unused]] float q_row_factor[Cfg::kMSlices][2];
-  if constexpr (kOwnKeys && !kQkRowScaled) {
+  if constexpr (kFp8Kv && !kQkRowScaled) {
     cp_async_wait<2 * kRawStages - 3>();
-    __syncthreads();  // every thread's Q chunks: the key loop's waits are per warp (kOwnKeys)
+    __syncthreads();  // every thread's Q chunks (the copies spread rows over warps)
   }
   if constexpr (kQkRowScaled) {
     cp_async_wait<2 * kRawStages - 3>();
@@ -1342,6 +1398,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kSoftcap) cap_in = 1.f;
     else score_log2 = 1.f;
   }
+  // FP8 K/V: Q's (F16) rows into WarpQKFp8's A fragments, once per work tile.
+  if constexpr (kFp8Kv) QFragments<Cfg>::run(smem, row_warp, key_warp, lane);
   [[maybe_unused]] int raw_stage = 0;  // kFp8Kv: (t - t_begin) % kRawStages
   int stage_i = 0;                     // 16-bit: (t - t_begin) % S
   for (int t = w.t_begin; t < w.t_end; ++t) {
