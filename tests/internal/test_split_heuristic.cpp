@@ -87,4 +87,20 @@ TEST_CASE("choose_splits: per-sequence key counts get at least four waves") {
   CHECK(choose_splits(4000, kSlotsPerSm, 64, kSms, 0, shape(true, true)) == 1);
 }
 
+TEST_CASE("choose_splits: a cap above kMaxFwdSplits lets a few units fill a tile of many CTAs per SM") {
+  // cuda_sm80_tc's NarrowPagedMany (16 keys, 7 CTAs per SM: 924 slots), B=1
+  // Nk=131072 paged: 8 units, 8192 key tiles. Capped at 64, one wave
+  // cannot be filled, and the fewest splits near the best efficiency are 55
+  // (440 CTAs).
+  SplitShape sh = shape(true, true);
+  CHECK(choose_splits(8, 7, 8192, kSms, 0, sh) == 55);
+  sh.max_splits = fmha::cuda::kCombineMaxSplits;
+  const int s = choose_splits(8, 7, 8192, kSms, 0, sh);
+  CHECK(s == 115);  // 920 of 924 slots
+  // Requested counts take the same cap; it never passes what the combine merges.
+  CHECK(choose_splits(8, 7, 8192, kSms, 1000, sh) == fmha::cuda::kCombineMaxSplits);
+  sh.max_splits = 100000;
+  CHECK(choose_splits(8, 7, 8192, kSms, 1000, sh) == fmha::cuda::kCombineMaxSplits);
+}
+
 #endif  // FMHA_WITH_CUDA

@@ -43,11 +43,12 @@ FwdGrid fwd_grid(const Problem& p, int64_t pack, int64_t block_m) {
 
 int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_sms, int requested,
                   SplitShape shape) {
+  const int64_t max_splits = std::clamp(shape.max_splits, 1, kCombineMaxSplits);
   if (requested == 1) return 1;
-  if (requested > 1) return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({requested, kMaxFwdSplits, key_tiles})));
+  if (requested > 1) return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({requested, max_splits, key_tiles})));
   const double slots = static_cast<double>(std::max(num_sms, 1)) * std::max(slots_per_sm, 1);
   if (key_tiles < kMinKeyTilesToSplit || blocks <= 0) return 1;
-  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kMaxFwdSplits, key_tiles / 2));
+  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(max_splits, key_tiles / 2));
   auto waves = [&](int64_t s) { return static_cast<double>(blocks * s) / slots; };
   auto efficiency = [&](int64_t s) { return waves(s) / std::ceil(waves(s)); };
   // The fewest splits in [lo, cap] whose efficiency is within kSplitSlack

@@ -1214,6 +1214,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next, then
   // K and V of the next S - 2 tiles (kFp8Kv: kRawStages - 2).
+  // The 16-bit paged kernels fetch the entries of t_begin .. t_begin + 2S - 3
+  // first, as a group of their own, and wait for it alone before the first
+  // K/V copies, with Q's copies issued but not yet committed: wait_group
+  // counts committed groups only, so Q's DRAM latency overlaps the table's
+  // (they were one group, waited for together: Q first, then the entries,
+  // then K/V, two latencies in a row per CTA). Q then joins K[t_begin]'s
+  // group as in the other kernels. From there on tile t fetches the entries
+  // of t + 2S - 2.
+  if constexpr (kPaged && !kFp8Kv) {
+#pragma unroll 1
+    for (int i = 0; i < kEntSlots; ++i) {
+      const int n0 = (w.t_begin + i) * Cfg::kBlockN;
+      if (w.t_begin + i < w.t_end) KVLoader::fetch_entries(sQ + ent_slot(n0), p, w.b, n0, w.len_k(p), tid);
+    }
+    cp_async_commit();
+  }
   if (p.pack == 1) {
     QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, w.rows(p), tid);
   } else {
@@ -1238,15 +1254,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     }
   } else {
     if constexpr (kPaged) {
-      // The entries of t_begin .. t_begin + 2S - 3 first (one wait for them
-      // and Q together); from there on tile t fetches those of t + 2S - 2.
-#pragma unroll 1
-      for (int i = 0; i < kEntSlots; ++i) {
-        const int n0 = (w.t_begin + i) * Cfg::kBlockN;
-        if (w.t_begin + i < w.t_end) KVLoader::fetch_entries(sQ + ent_slot(n0), p, w.b, n0, w.len_k(p), tid);
-      }
-      cp_async_commit();
-      cp_async_wait<0>();
+      cp_async_wait<0>();  // the entries (and a staged bias's first tile), not Q's uncommitted copies
       __syncthreads();
     }
 #pragma unroll 1
