@@ -103,4 +103,15 @@ TEST_CASE("choose_splits: a cap above kMaxFwdSplits lets a few units fill a tile
   CHECK(choose_splits(8, 7, 8192, kSms, 1000, sh) == fmha::cuda::kCombineMaxSplits);
 }
 
+TEST_CASE("choose_splits: per-sequence key counts from half a wave unsplit") {
+  // The mixed B=64 batch (512 units, 256 key tiles of 16) on the 7-CTA
+  // tile: 0.55 of a wave unsplit. Four waves: 8 splits (the one-wave rules
+  // took 5, 2.8 waves).
+  const int s = choose_splits(512, 7, 256, kSms, 0, shape(true, true));
+  CHECK(s == 8);
+  CHECK(choose_splits(512, 7, 256, kSms, 0, shape(true, false)) == 5);
+  // Under half a wave (B=16 paged, 128 units): the one-wave rule.
+  CHECK(choose_splits(128, 7, 512, kSms, 0, shape(true, true)) == 7);
+}
+
 #endif  // FMHA_WITH_CUDA

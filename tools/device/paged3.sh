@@ -22,15 +22,15 @@
 #      test_internal's choose_splits cases
 #   3. compare_torch.py --groups decode (F16 B=1 Nk=32768; BF16 GQA 32/8
 #      D=128 B=1 Nk=131072 and B=16 Nk=8192) against SDPA FLASH and CUDNN
-#   4. while time lasts: the mixed batch's split sweep (3, 8 splits; both
-#      paged tiles), the automatic choice over head-major pages, B=1 on
+#   4. while time lasts: the mixed batch's split sweep (16.7.3 at 5 and 12
+#      splits, 32.4.3 at 8), the automatic choice over head-major pages, B=1 on
 #      16.7.3 at 64 splits (the old cap), a second round of step 1
 #   summary.txt ends with the bench table (median ms of the rounds; paged
 #   rows' speed against the contiguous row of the same run settings).
 #
 # What it should show: every step rc=0, "0 failed" in the doctest totals;
 # prediction (docs/performance.md, "Paged decode, a tile per shape"): auto =
-# 16.7.3 at 115 / 7 / 5 splits for B=1 / B=16 / mixed, paged / contiguous
+# 16.7.3 at 115 / 7 / 8 splits for B=1 / B=16 / mixed, paged / contiguous
 # >= 0.95 at B=1 and B=16 (0.932-0.954 and 0.940-0.966 on 32.4.3 this
 # morning), mixed 0.90-0.93 (0.836 / 0.896); fmha / cuDNN >= 1.0 on the
 # dense decode shapes if cuDNN runs them.
@@ -133,16 +133,16 @@ else
   note "stopped before compare-decode (or no libfmha.so)"
 fi
 
-# 4. While time lasts: the mixed batch's split sweep on both paged tiles
-#    (automatic: 5 on both), head-major pages ([pages, Hk, page_size, D]:
+# 4. While time lasts: the mixed batch's split sweep (automatic: 8 on
+#    16.7.3, 5 on 32.4.3; 16.7.3 at 5 and 12, 32.4.3 at 8), head-major pages ([pages, Hk, page_size, D]:
 #    one KV head's rows of a page contiguous), B=1 on 16.7.3 at the old cap
 #    (64 splits), a second round of step 1.
 STEP_TIMEOUT=20
 STEP_PATTERN='copy bandwidth [0-9]'
 STEP_LINES=1
-for x in "bench-16.7.3-s3 16.7.3 --splits 3" "bench-16.7.3-s8 16.7.3 --splits 8" \
+for x in "bench-16.7.3-s5 16.7.3 --splits 5" "bench-16.7.3-s12 16.7.3 --splits 12" \
   "bench-auto-head-major auto --splits 0 --head-major-pages" "bench-16.7.3-s64 16.7.3 --splits 64" \
-  "bench-auto-r2 auto --splits 0" "bench-32.4.3-s3 32.4.3 --splits 3" "bench-32.4.3-s8 32.4.3 --splits 8" \
+  "bench-auto-r2 auto --splits 0" "bench-32.4.3-s8 32.4.3 --splits 8" "bench-16.7.3-s5-r2 16.7.3 --splits 5" \
   "bench-32.4.3-r2 32.4.3 --splits 0" "bench-16.7.3-r2 16.7.3 --splits 0"; do
   left 86 || { note "stopped before ${x%% *}"; break; }
   # shellcheck disable=SC2086

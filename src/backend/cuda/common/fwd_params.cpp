@@ -29,6 +29,13 @@ constexpr int64_t kMinKeyTilesToSplit = 16;
 // 0.160 ms at 3 splits against 0.177-0.217 at 4-16; docs/performance.md,
 // "Paged and mixed decode").
 constexpr double kUnevenMinWaves = 4.0;
+// ... for grids of at least this share of a wave unsplit. The mixed batch on
+// cuda_sm80_tc's 7-CTA paged tile (512 units, 924 slots: 0.55 of a wave)
+// took the one-wave rules' 5 splits (2.8 waves), not 8; paged runs of
+// uneven sequences gained from shorter CTAs before (32.3.4: 0.792 of
+// contiguous at 4 splits, 0.834 at 8; docs/performance.md, "Paged decode
+// with more tiles in flight"). B=16 paged (128 units) stays below it.
+constexpr double kUnevenMinFill = 0.5;
 
 }  // namespace
 
@@ -60,7 +67,7 @@ int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_s
       if (efficiency(s) >= kSplitSlack * best) return static_cast<int>(s);
     return 0;
   };
-  if (shape.uneven_keys && static_cast<double>(blocks) >= kFillThreshold * slots) {
+  if (shape.uneven_keys && static_cast<double>(blocks) >= kUnevenMinFill * slots) {
     int64_t lo = 1;
     while (lo <= cap && waves(lo) < kUnevenMinWaves) ++lo;
     if (const int s = fewest_near_best(lo)) return s;

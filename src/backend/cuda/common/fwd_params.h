@@ -235,11 +235,11 @@ FwdGrid fwd_grid(const Problem& p, int64_t pack, int64_t block_m);
 //   slot streaming, no second wave), not the fewest close to the best.
 // - uneven_keys: the sequences' key counts are per sequence and unknown to
 //   the host (seqused_k, ragged or paged K/V), so CTAs of one split count
-//   differ in length and whole waves mean little; a grid that does not fit
-//   one wave unsplit is split into at least kUnevenMinWaves waves (the
+//   differ in length and whole waves mean little; a grid of at least half a
+//   wave unsplit (kUnevenMinFill) is split into at least kUnevenMinWaves waves (the
 //   fewest splits whose wave efficiency is close to the best of those), so
-//   short CTAs fill in behind long ones. Grids that fit one wave, or cannot
-//   reach that many waves, take the rules above.
+//   short CTAs fill in behind long ones. Smaller grids, or grids that
+//   cannot reach that many waves, take the rules above.
 // - max_splits: the cap in place of kMaxFwdSplits (requested and automatic
 //   counts alike; at most kCombineMaxSplits): a decode tile of many small
 //   CTAs per SM needs more splits of a few units to fill its slots
