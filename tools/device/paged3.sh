@@ -17,11 +17,11 @@
 #      splits): the automatic tile choice, then paged forced to 32.4.3 and
 #      to 16.7.3 (contiguous 32.4.3 throughout)
 #   2. test_gpu: every "serving:" case on the automatic choice (its split
-#      counts reach both paged tiles; the explain case checks the choice),
-#      then the decode groups with the paged tile forced to each of the two;
-#      test_internal's choose_splits cases
+#      counts reach both paged tiles; the explain case checks the choice)
 #   3. compare_torch.py --groups decode (F16 B=1 Nk=32768; BF16 GQA 32/8
-#      D=128 B=1 Nk=131072 and B=16 Nk=8192) against SDPA FLASH and CUDNN
+#      D=128 B=1 Nk=131072 and B=16 Nk=8192) against SDPA FLASH and CUDNN;
+#      then (2b) the decode groups with the paged tile forced to each of the
+#      two, and test_internal's choose_splits cases
 #   4. while time lasts: the mixed batch's split sweep (16.7.3 at 5 and 12
 #      splits, 32.4.3 at 8), the automatic choice over head-major pages, B=1 on
 #      16.7.3 at 64 splits (the old cap), a second round of step 1
@@ -117,13 +117,10 @@ test_step() {  # name seconds binary filter [paged tile]
   cat "$out/tests_run.log" >>"$out/tests.log" && rm -f "$out/tests_run.log"
 }
 decode_groups="serving: paged decode pipeline*,serving: paged gather edges*,serving: decode*"
-test_step tests-serving 30 "$tests" "serving:*"
-test_step tests-decode-32.4.3 15 "$tests" "$decode_groups" 32.4.3
-test_step tests-decode-16.7.3 15 "$tests" "$decode_groups" 16.7.3
-test_step tests-splits 5 "$internal" "choose_splits*"
+test_step tests-serving 40 "$tests" "serving:*"
 
 # 3. Decode against torch SDPA (FLASH, CUDNN), the automatic tiles.
-if [ -n "$lib" ] && left 70; then
+if [ -n "$lib" ] && left 60; then
   STEP_TIMEOUT=25
   STEP_PATTERN='^B[0-9]|K\+V TB/s|_error|MISMATCH'
   STEP_LINES=20
@@ -133,10 +130,18 @@ else
   note "stopped before compare-decode (or no libfmha.so)"
 fi
 
+# 2b. The decode groups on each paged tile forced, and choose_splits.
+STEP_PATTERN='ERROR:|\[doctest\] (test cases|assertions)|cases;|FAIL'
+STEP_LINES=14
+test_step tests-decode-32.4.3 15 "$tests" "$decode_groups" 32.4.3
+test_step tests-decode-16.7.3 15 "$tests" "$decode_groups" 16.7.3
+test_step tests-splits 5 "$internal" "choose_splits*"
+
 # 4. While time lasts: the mixed batch's split sweep (automatic: 8 on
-#    16.7.3, 5 on 32.4.3; 16.7.3 at 5 and 12, 32.4.3 at 8), head-major pages ([pages, Hk, page_size, D]:
-#    one KV head's rows of a page contiguous), B=1 on 16.7.3 at the old cap
-#    (64 splits), a second round of step 1.
+#    16.7.3, 5 on 32.4.3; 16.7.3 at 5 and 12, 32.4.3 at 8), head-major
+#    pages ([pages, Hk, page_size, D]: one KV head's rows of a page
+#    contiguous), B=1 on 16.7.3 at the old cap (64 splits), a second round
+#    of step 1.
 STEP_TIMEOUT=20
 STEP_PATTERN='copy bandwidth [0-9]'
 STEP_LINES=1
