@@ -140,13 +140,15 @@ test_step tests-splits 5 "$internal" "choose_splits*"
 # 4. While time lasts: the mixed batch's split sweep (automatic: 8 on
 #    16.7.3, 5 on 32.4.3; 16.7.3 at 5 and 12, 32.4.3 at 8), head-major
 #    pages ([pages, Hk, page_size, D]: one KV head's rows of a page
-#    contiguous), B=1 on 16.7.3 at the old cap (64 splits), a second round
-#    of step 1.
+#    contiguous), B=1 on 16.7.3 at the old cap (64 splits: 3.9 CTAs per
+#    SM, where a paged CTA's own speed shows), token-major and head-major,
+#    a second round of step 1.
 STEP_TIMEOUT=20
 STEP_PATTERN='copy bandwidth [0-9]'
 STEP_LINES=1
 for x in "bench-16.7.3-s5 16.7.3 --splits 5" "bench-16.7.3-s12 16.7.3 --splits 12" \
   "bench-auto-head-major auto --splits 0 --head-major-pages" "bench-16.7.3-s64 16.7.3 --splits 64" \
+  "bench-16.7.3-s64-head-major 16.7.3 --splits 64 --head-major-pages" \
   "bench-auto-r2 auto --splits 0" "bench-32.4.3-s8 32.4.3 --splits 8" "bench-16.7.3-s5-r2 16.7.3 --splits 5" \
   "bench-32.4.3-r2 32.4.3 --splits 0" "bench-16.7.3-r2 16.7.3 --splits 0"; do
   left 86 || { note "stopped before ${x%% *}"; break; }
