@@ -317,6 +317,29 @@ TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than it
   }
 }
 
+TEST_CASE("serving: decode of one long sequence over 65-128 key splits, paged and dense") {
+  // cuda_sm80_tc's 16-bit decode tiles split up to kCombineMaxSplits (128)
+  // times: one sequence of GQA 32/8 takes 115 automatic splits on the
+  // H200's NarrowPagedMany (8 units, 924 slots) and 66 on NarrowStream;
+  // forced 100 and 128 (the others cap at 64). Partials of that many
+  // splits through the shared combine, against the reference.
+  std::vector<ServingCase> cases;
+  for (int n = 0; n < 2; ++n) {
+    ServingCase c = base(n ? FMHA_DTYPE_F16 : FMHA_DTYPE_BF16, 32, 8, 128);
+    if (n == 0) {
+      shuffled_pages(&c, 16, 1);  // token-major
+    } else {
+      c.kv_layout = KvLayout::kDense;
+    }
+    c.len_k = {16384 - 5 * n};
+    c.len_q = {1};
+    c.q_layout = QLayout::kDense;
+    c.mask_flags = FMHA_MASK_NONE;
+    cases.push_back(c);
+  }
+  run_group("decode over 65-128 splits", cases, {0, 100, 128});
+}
+
 // The case of the paged decode pipeline group that did not return within
 // 20 s on the H200 (issue9-paged2's checkpoint, main's cuda_sm90_ws of
 // ce188cf, forced; 27 assertions in): softcap 10 over token-major pages
