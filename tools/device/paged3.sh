@@ -24,7 +24,8 @@
 #      two, and test_internal's choose_splits cases
 #   4. while time lasts: the mixed batch's split sweep (16.7.3 at 5 and 12
 #      splits, 32.4.3 at 8), the automatic choice over head-major pages, B=1 on
-#      16.7.3 at 64 splits (the old cap), a second round of step 1
+#      16.7.3 at 64 splits (the old cap), contiguous on 16.7.3, a second
+#      round of step 1
 #   summary.txt ends with the bench table (median ms of the rounds; paged
 #   rows' speed against the contiguous row of the same run settings).
 #
@@ -85,12 +86,14 @@ STEP_TIMEOUT=20
 STEP_PATTERN='copy bandwidth [0-9]'
 STEP_LINES=1
 : >"$out/bench.log"
-bench_step() {  # name paged_tile args...
+bench_step() {  # name paged_tile args... (paged_tile "stream16.7.3": paged auto, contiguous forced to 16.7.3)
   local name=$1 pt=$2
   shift 2
   echo "## tiles paged=$pt args=$*" >>"$out/bench.log"
   if [ "$pt" = auto ]; then
     step "$name" "$out/bench_run.log" "$bench" --suite serving "$@" || status=1
+  elif [ "$pt" = stream16.7.3 ]; then
+    FMHA_SM80_STREAM_TILE=16.7.3 step "$name" "$out/bench_run.log" "$bench" --suite serving "$@" || status=1
   else
     FMHA_SM80_PAGED_TILE=$pt FMHA_SM80_STREAM_TILE=32.4.3 step "$name" "$out/bench_run.log" "$bench" --suite serving "$@" ||
       status=1
@@ -142,13 +145,13 @@ test_step tests-splits 5 "$internal" "choose_splits*"
 #    pages ([pages, Hk, page_size, D]: one KV head's rows of a page
 #    contiguous), B=1 on 16.7.3 at the old cap (64 splits: 3.9 CTAs per
 #    SM, where a paged CTA's own speed shows), token-major and head-major,
-#    a second round of step 1.
+#    contiguous on 16.7.3 (115 splits at B=1 now), a second round of step 1.
 STEP_TIMEOUT=20
 STEP_PATTERN='copy bandwidth [0-9]'
 STEP_LINES=1
 for x in "bench-16.7.3-s5 16.7.3 --splits 5" "bench-16.7.3-s12 16.7.3 --splits 12" \
   "bench-auto-head-major auto --splits 0 --head-major-pages" "bench-16.7.3-s64 16.7.3 --splits 64" \
-  "bench-16.7.3-s64-head-major 16.7.3 --splits 64 --head-major-pages" \
+  "bench-16.7.3-s64-head-major 16.7.3 --splits 64 --head-major-pages" "bench-stream16.7.3 stream16.7.3 --splits 0" \
   "bench-auto-r2 auto --splits 0" "bench-32.4.3-s8 32.4.3 --splits 8" "bench-16.7.3-s5-r2 16.7.3 --splits 5" \
   "bench-32.4.3-r2 32.4.3 --splits 0" "bench-16.7.3-r2 16.7.3 --splits 0"; do
   left 86 || { note "stopped before ${x%% *}"; break; }
