@@ -59,12 +59,14 @@ int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_s
   auto waves = [&](int64_t s) { return static_cast<double>(blocks * s) / slots; };
   auto efficiency = [&](int64_t s) { return waves(s) / std::ceil(waves(s)); };
   // The fewest splits in [lo, cap] whose efficiency is within kSplitSlack
-  // of the best there, or 0 when lo > cap.
+  // of the best there, or 0 when lo > cap. (Each efficiency once: the plan
+  // runs this on every forward, for up to kCombineMaxSplits counts.)
   auto fewest_near_best = [&](int64_t lo) {
+    double eff[kCombineMaxSplits + 1];
     double best = 0;
-    for (int64_t s = lo; s <= cap; ++s) best = std::max(best, efficiency(s));
+    for (int64_t s = lo; s <= cap; ++s) best = std::max(best, eff[s] = efficiency(s));
     for (int64_t s = lo; s <= cap; ++s)
-      if (efficiency(s) >= kSplitSlack * best) return static_cast<int>(s);
+      if (eff[s] >= kSplitSlack * best) return static_cast<int>(s);
     return 0;
   };
   if (shape.uneven_keys && static_cast<double>(blocks) >= kUnevenMinFill * slots) {

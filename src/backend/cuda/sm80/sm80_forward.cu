@@ -182,20 +182,32 @@ FwdGrid grid_for(const Problem& p, const DeviceInfo& dev, int64_t pack, bool nar
 // as it is: one split of 128 units fills neither (NarrowPaged).
 constexpr double kManyTileGain = 1.25;
 
+// The choice, and the grid of the chosen tile's shape (the plan keeps it
+// rather than computing it again: every forward plans up to three times).
+struct PagedChoice {
+  sm80::PagedTile tile = sm80::PagedTile::kDefault;
+  Shape shape;  // block_m 0: no grid computed
+  FwdGrid grid;
+};
+
 template <int kHeadDim>
-sm80::PagedTile paged_tile_choice(const Problem& p, const DeviceInfo& dev, int64_t pack) {
+PagedChoice paged_tile_choice(const Problem& p, const DeviceInfo& dev, int64_t pack) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
-  if constexpr (std::is_same<typename Tuning::NarrowPagedMany, typename Tuning::NarrowPaged>::value) {
-    return sm80::PagedTile::kDefault;
-  } else {
+  PagedChoice c;
+  if constexpr (!std::is_same<typename Tuning::NarrowPagedMany, typename Tuning::NarrowPaged>::value) {
     const Shape one = shape_of<typename Tuning::NarrowPaged>(false, "NarrowPaged");
     const Shape many = shape_of<typename Tuning::NarrowPagedMany>(false, "NarrowPagedMany");
-    auto resident = [&](const Shape& s) {  // CTAs per SM the grid keeps busy, at most the tile's
-      const double per_sm = static_cast<double>(grid_for(p, dev, pack, true, s).blocks()) / std::max(dev.num_sms, 1);
+    const FwdGrid g_one = grid_for(p, dev, pack, true, one), g_many = grid_for(p, dev, pack, true, many);
+    auto resident = [&](const Shape& s, const FwdGrid& g) {  // CTAs per SM the grid keeps busy, at most the tile's
+      const double per_sm = static_cast<double>(g.blocks()) / std::max(dev.num_sms, 1);
       return std::min(per_sm, static_cast<double>(s.blocks_per_sm));
     };
-    return resident(many) >= kManyTileGain * resident(one) ? sm80::PagedTile::kMany : sm80::PagedTile::kDefault;
+    const bool take_many = resident(many, g_many) >= kManyTileGain * resident(one, g_one);
+    c.tile = take_many ? sm80::PagedTile::kMany : sm80::PagedTile::kDefault;
+    c.shape = take_many ? many : one;
+    c.grid = take_many ? g_many : g_one;
   }
+  return c;
 }
 
 Plan make_plan(const Problem& p, const DeviceInfo& dev) {
@@ -205,15 +217,21 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool fp8_kv = is_fp8(p.kv_dtype);
   const ScoreOps ops = score_ops_of(p);
+  PagedChoice choice;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
     constexpr int kD = decltype(head_dim)::value;
     // Only the plain paged kernels have a second decode tile (with_decode16_tile).
     if (plan.narrow && !fp8_kv && ops == ScoreOps::kNone && p.layout.paged())
-      plan.paged_tile = paged_tile_choice<kD>(p, dev, pack);
+      choice = paged_tile_choice<kD>(p, dev, pack);
+    plan.paged_tile = choice.tile;
     plan.shape = shape_for<kD>(plan.narrow, fp8_kv, ops, p.layout.paged(), plan.paged_tile);
   });
   if (!instantiated) return plan;
-  plan.grid = grid_for(p, dev, pack, plan.narrow, plan.shape);
+  // The choice's grid, unless an experiments build's environment named
+  // another tile.
+  const bool same = choice.shape.block_m == plan.shape.block_m && choice.shape.block_n == plan.shape.block_n &&
+                    choice.shape.blocks_per_sm == plan.shape.blocks_per_sm;
+  plan.grid = same ? choice.grid : grid_for(p, dev, pack, plan.narrow, plan.shape);
   plan.ok = true;
   return plan;
 }
