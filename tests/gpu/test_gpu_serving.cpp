@@ -319,10 +319,10 @@ TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than it
 
 TEST_CASE("serving: decode of one long sequence over 65-128 key splits, paged and dense") {
   // cuda_sm80_tc's 16-bit decode tiles split up to kCombineMaxSplits (128)
-  // times: one sequence of GQA 32/8 takes 115 automatic splits on the
-  // H200's NarrowPagedMany (8 units, 924 slots) and 66 on NarrowStream;
-  // forced 100 and 128 (the others cap at 64). Partials of that many
-  // splits through the shared combine, against the reference.
+  // times: one sequence of GQA 32/8 takes 66 automatic splits on the
+  // H200's NarrowPaged and NarrowStream (8 units, 528 slots); forced 100
+  // and 128 (the others cap at 64). Partials of that many splits through
+  // the shared combine, against the reference.
   std::vector<ServingCase> cases;
   for (int n = 0; n < 2; ++n) {
     ServingCase c = base(n ? FMHA_DTYPE_F16 : FMHA_DTYPE_BF16, 32, 8, 128);
@@ -438,8 +438,8 @@ TEST_CASE("serving: explain names why cuda_sm90_ws is passed over for a paged de
 // cuda_sm80_tc's plain paged decode picks its tile per shape (sm80_forward.cu:
 // paged_tile_choice): NarrowPagedMany (D=128: 16 keys, 7 CTAs per SM) when
 // the grid keeps more CTAs per SM busy on it, NarrowPaged (32 keys, 4 CTAs)
-// otherwise; explain's plan line names it and the split count (up to 128
-// for the 16-bit decode tiles). Explain only (nothing runs), so
+// otherwise (or when it would need more than 64 splits); explain's plan
+// line names it and the split count (up to 128 for the 16-bit decode tiles). Explain only (nothing runs), so
 // the pages need not exist: the tensors claim the pages of 16 sequences of
 // 8192 keys (or one of 131072) over a small buffer. The runs of both tiles
 // are the pipeline and decode groups above (their split counts reach both).
@@ -449,15 +449,15 @@ TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per s
   cudaDeviceProp prop{};
   REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
   const int64_t D = 128, Hq = 32, Hk = 8, ps = 16;
-  fmha_gpu_test::CudaBuffer buf(1 << 20);
-  REQUIRE(buf.ok());
+  fmha_gpu_test::CudaBuffer buf(1 << 20), out(1 << 20);  // inputs, o (which may not overlap them)
+  REQUIRE((buf.ok() && out.ok()));
   auto plan_of = [&](int64_t B, int64_t nk, int32_t splits, float softcap) {
     const int64_t pages = B * nk / ps;
     fmha_forward_params p;
     fmha_forward_params_init(&p);
-    auto tensor = [&](int64_t d0, int64_t d1, int64_t d2) {
+    auto tensor = [&](int64_t d0, int64_t d1, int64_t d2, void* data) {
       fmha_tensor t{};
-      t.data = buf.get();
+      t.data = data;
       t.dtype = FMHA_DTYPE_BF16;
       const int64_t dims[4] = {d0, d1, d2, D};
       const int64_t strides[4] = {d1 * d2 * D, d2 * D, D, 1};
@@ -467,10 +467,10 @@ TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per s
       }
       return t;
     };
-    p.q = tensor(B, Hq, 1);
-    p.o = tensor(B, Hq, 1);
-    p.k = tensor(pages, Hk, ps);
-    p.v = tensor(pages, Hk, ps);
+    p.q = tensor(B, Hq, 1, buf.get());
+    p.o = tensor(B, Hq, 1, out.get());
+    p.k = tensor(pages, Hk, ps, buf.get());
+    p.v = tensor(pages, Hk, ps, buf.get());
     p.seqused_k = static_cast<const int32_t*>(buf.get());
     p.block_table = static_cast<const int32_t*>(buf.get());
     p.block_table_stride = nk / ps;
@@ -478,7 +478,9 @@ TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per s
     p.softcap = softcap;
     p.kernel = "cuda_sm80_tc";
     char text[2048];
-    REQUIRE_MESSAGE(fmha_forward_explain(h.get(), &p, text, sizeof text) == FMHA_SUCCESS, fmha_last_error_message());
+    const fmha_status st = fmha_forward_explain(h.get(), &p, text, sizeof text);
+    INFO(std::string(fmha_last_error_message()));
+    REQUIRE(st == FMHA_SUCCESS);
     return std::string(text);
   };
   const std::string b16 = plan_of(16, 8192, 0, 0.f);
@@ -501,11 +503,13 @@ TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per s
   // 128 units: 7 CTAs per SM on NarrowPagedMany against 4.
   CHECK(b16.find("plan: decode tile NarrowPagedMany: 16 rows x 16 keys, 3 stages, 7 CTAs per SM") !=
         std::string::npos);
-  // 8 units: past 64 splits (up to 128), so they fill the 7-CTA tile too.
+  // 8 units would need more than 64 splits to fill the 7-CTA tile (115 on
+  // the H200): the 4-CTA tile, 66 splits (the 16-bit decode tiles split up
+  // to 128 times).
   const std::string b1 = plan_of(1, 131072, 0, 0.f);
   INFO(b1);
-  CHECK(b1.find("plan: decode tile NarrowPagedMany: ") != std::string::npos);
-  if (prop.multiProcessorCount == 132) CHECK(b1.find(" 115 key splits, 920 CTAs on 132 SMs") != std::string::npos);
+  CHECK(b1.find("plan: decode tile NarrowPaged: 16 rows x 32 keys, 3 stages, 4 CTAs per SM") != std::string::npos);
+  if (prop.multiProcessorCount == 132) CHECK(b1.find(" 66 key splits, 528 CTAs on 132 SMs") != std::string::npos);
   // One or three splits of 128 units fill neither: the larger key tile.
   const std::string one = plan_of(16, 8192, 1, 0.f);
   INFO(one);

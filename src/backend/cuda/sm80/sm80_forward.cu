@@ -156,9 +156,10 @@ FwdGrid grid_for(const Problem& p, const DeviceInfo& dev, int64_t pack, bool nar
   FwdGrid g = fwd_grid(p, pack, shape.block_m);
   // The decode tile streams K/V; with per-sequence key counts its CTAs
   // differ in length (choose_splits' SplitShape). The 16-bit decode tiles
-  // split up to what the combine merges (kCombineMaxSplits), so a few units
-  // fill the 7-CTA tile's slots (B=1 GQA 32/8: 8 units x 115 splits = 920 of
-  // 924 on the H200; kMaxFwdSplits = 64 left 512).
+  // split up to what the combine merges (kCombineMaxSplits), so that a few
+  // units fill the slots (B=1 GQA 32/8 on the 4-CTA tiles: 8 units x 66 =
+  // 528 of 528 on the H200, where kMaxFwdSplits = 64 left 512; one unit,
+  // MQA: 128 CTAs instead of 64).
   SplitShape split_shape;
   split_shape.stream_bound = narrow;
   split_shape.uneven_keys = narrow && (p.layout.seqused_k != nullptr || p.layout.ragged_k() || p.layout.paged());
@@ -171,14 +172,18 @@ FwdGrid grid_for(const Problem& p, const DeviceInfo& dev, int64_t pack, bool nar
 // The plain paged kernel's decode tile: NarrowPagedMany when its grid keeps
 // at least kManyTileGain times the CTAs per SM resident that NarrowPaged's
 // does (each CTA is one warp: what hid the paged gather's per-tile work in
-// the H200 sweeps was warps per SM; tile_config.h), else NarrowPaged, whose
-// larger key tiles carry less fixed work per byte. BF16 GQA 32/8 D=128
-// decode on the H200 (132 SMs): B=16 Nk=8192 (128 units) runs 7 splits x 128
-// = 896 CTAs on the 7-CTA tile against 4 x 128 = 512 on the 4-CTA one:
-// NarrowPagedMany; B=1 Nk=131072 (8 units) 115 x 8 = 920 against 66 x 8 =
-// 528: NarrowPagedMany (with kMaxFwdSplits = 64 as the cap it ran 55 x 8 =
-// 440 and measured 0.69 of contiguous); the mixed B=64 batch
-// fills both (5 splits): NarrowPagedMany. A requested split count counts
+// the H200 sweeps was warps per SM; tile_config.h) within kMaxFwdSplits
+// splits, else NarrowPaged, whose larger key tiles carry less fixed work
+// per byte. BF16 GQA 32/8 D=128 decode on the H200 (132 SMs; docs/
+// performance.md, "Paged decode, a tile per shape"), paged / contiguous at
+// page_size 16 / 64: B=16 Nk=8192 (128 units) runs 7 splits x 128 = 896
+// CTAs on the 7-CTA tile against 4 x 128 = 512 on the 4-CTA one: 0.963-
+// 0.965 / 0.971-0.972 against 0.932 / 0.953, NarrowPagedMany; the mixed
+// B=64 batch (8 splits against 5): 0.968 / 0.968 against 0.834 / 0.905,
+// NarrowPagedMany; B=1 Nk=131072 (8 units) needs 115 splits to fill the
+// 7-CTA tile: 0.920-0.926 / 0.926-0.933 there against 0.927 / 0.951 on
+// 66 x 8 = 528 CTAs of the 4-CTA tile (0.917 / 0.916 at 64 splits): the
+// extra splits bought nothing, NarrowPaged. A requested split count counts
 // as it is: one split of 128 units fills neither (NarrowPaged).
 constexpr double kManyTileGain = 1.25;
 
@@ -202,7 +207,8 @@ PagedChoice paged_tile_choice(const Problem& p, const DeviceInfo& dev, int64_t p
       const double per_sm = static_cast<double>(g.blocks()) / std::max(dev.num_sms, 1);
       return std::min(per_sm, static_cast<double>(s.blocks_per_sm));
     };
-    const bool take_many = resident(many, g_many) >= kManyTileGain * resident(one, g_one);
+    const bool take_many =
+        g_many.splits <= kMaxFwdSplits && resident(many, g_many) >= kManyTileGain * resident(one, g_one);
     c.tile = take_many ? sm80::PagedTile::kMany : sm80::PagedTile::kDefault;
     c.shape = take_many ? many : one;
     c.grid = take_many ? g_many : g_one;
