@@ -150,10 +150,13 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
 //   the mixed B=64 batch 0.895 / 0.896 against 0.836 / 0.896; but B=1
 //   Nk=131072 0.68-0.69: 8 units x 55 splits (64 was the cap then) filled
 //   440 of its 924 slots, fewer CTAs per SM than 32 x 3 x 4 had there, on
-//   half-size tiles; the 16-bit decode tiles now split up to 128 times
-//   (115 there). Contiguous runs gain nothing from it (0.936 / 0.902 of
-//   copy at B=16 / mixed against 0.943-0.950 / 0.917): NarrowStream stays
-//   one tile.
+//   half-size tiles. In the next run (paged3.sh), with the mixed batch at
+//   8 splits: B=16 0.963-0.965 / 0.971-0.972, mixed 0.968 / 0.968; B=1 at
+//   115 splits (filling it) 0.920-0.926 / 0.926-0.933 against 0.927 / 0.951
+//   on 32 x 3 x 4 at 66, so the plan takes it only within 64 splits.
+//   Contiguous runs gain nothing from it (0.979 / 0.937 of copy at B=16 /
+//   mixed against 0.985 / 0.938, B=1 0.907 against 0.959): NarrowStream
+//   stays one tile.
 // NarrowFp8Kv: the decode tile of an FP8 KV cache (the kFp8Kv
 //   instantiations, units of <= 32 rows). The 16-bit narrow shape (one
 //   warp x 16 rows) with the K/V stages kept FP8 and converted in registers
