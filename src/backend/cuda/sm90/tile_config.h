@@ -71,6 +71,18 @@ struct TileConfig {
   // within the run's noise (-2 to +1%) of main's kernel.
   static constexpr bool kRowSumMma = FMHA_SM90_ROWSUM_MMA != 0;
   static constexpr bool kDescAdd32 = FMHA_SM90_DESC_ADD32 != 0 && kConsumers_ == 2;
+  // The consumers' turn ring (kPingPong) runs on across work tiles (CMake
+  // FMHA_SM90_TURN_ACROSS_TILES): a tile's last P V takes no turn and the
+  // ring is primed once per CTA, not per tile, so consumer 0 issues the next
+  // tile's first Q K^T while the last consumer still runs its last P V and
+  // epilogue (FA3's scheduler barrier). Off: the last consumer's epilogue
+  // and Q load gate consumer 0's next tile, the tensor core idle meanwhile.
+  static constexpr bool kTurnAcrossTiles = FMHA_SM90_TURN_ACROSS_TILES != 0;
+  // The producer claims the next work tile (the persistent grid's atomic)
+  // when it starts loading this one, not after its last load (CMake
+  // FMHA_SM90_EARLY_CLAIM): the atomic's round trip then overlaps the K/V
+  // loads instead of delaying the next tile's Q and first K.
+  static constexpr bool kEarlyClaim = FMHA_SM90_EARLY_CLAIM != 0;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
 
@@ -119,8 +131,6 @@ struct TileConfig {
   static_assert(!kQInRegs || kSeparateO, "an early Q release needs O staged outside Q's buffer");
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; one copy box of rows");
-  static_assert(kBiasStages >= 1, "a bias stage must fit beside Q, K/V and O");
-  static_assert(kBlockN % 64 == 0, "whole 64-key panels of a bias tile");
   static_assert(register_split_fits(kThreads, kProducerRegs, kConsumers, kConsumerRegs),
                 "setmaxnreg cannot hand out more registers than the launch allocated");
 };
@@ -136,7 +146,10 @@ struct TileConfig {
 //          BF16, non-causal, batched GQA). Tried
 //          and not taken (same run): 3 stages with O staged in Q (-2 to -3%),
 //          128 x 176 key tiles for unmasked problems (equal: 513 vs 516).
-//   D=256: 128 x 64,  2 stages: 64 + 128 KB (O: 128 accumulator registers).
+//   D=256: 128 x 64,  2 stages: 64 + 128 KB (O: 128 accumulator registers);
+//          CMake FMHA_SM90_D256_BLOCK_N = 80 (issue 8's candidate, FA3's
+//          D=256 shape): 128 x 80, 64 + 160 KB, O staged in Q's buffer.
+//          3 stages of 64 keys (256 KB) and 96 keys (256 KB) do not fit.
 template <int kHeadDim>
 struct Sm90Tuning;
 template <>
@@ -149,14 +162,16 @@ struct Sm90Tuning<128> {
 };
 template <>
 struct Sm90Tuning<256> {
-  using Config = TileConfig<256, 64, 2>;
+  using Config = TileConfig<256, FMHA_SM90_D256_BLOCK_N, 2>;
 };
 
 // The score-ops kernel's tile (ScoreOps::kAll: bias, ALiBi, softcap,
 // descales), where it differs from the plain kernel's. D=64: 2 consumers of
 // 240 registers, not 3 of 160: with the bias, ALiBi and softcap code the
 // 3-consumer kernel spilled 11.8 KB (ptxas, f16, sm_90a; 2 consumers: 0.46
-// KB, against 1.8 KB at D=128).
+// KB, against 1.8 KB at D=128). D=256: 64-key tiles whatever the plain
+// kernel's (its bias tiles are whole 64-key panels, and a bias stage must
+// fit beside Q and the K/V ring).
 template <int kHeadDim>
 struct Sm90ScoreOpsTuning {
   using Config = typename Sm90Tuning<kHeadDim>::Config;
@@ -165,12 +180,18 @@ template <>
 struct Sm90ScoreOpsTuning<64> {
   using Config = TileConfig<64, 128, 2, 2>;
 };
+template <>
+struct Sm90ScoreOpsTuning<256> {
+  using Config = TileConfig<256, 64, 2>;
+};
 
 // Every instantiated head dim (the build's list, FMHA_SM90_INSTANCES) has
 // its tuning, keyed by the right head dim.
-#define FMHA_SM90_TUNED_(D)                                                                              \
-  static_assert(Sm90Tuning<D>::Config::kHeadDim == D, "Sm90Tuning<" #D "> is missing or mis-keyed");   \
-  static_assert(Sm90ScoreOpsTuning<D>::Config::kHeadDim == D, "Sm90ScoreOpsTuning<" #D "> is mis-keyed");
+#define FMHA_SM90_TUNED_(D)                                                                                    \
+  static_assert(Sm90Tuning<D>::Config::kHeadDim == D, "Sm90Tuning<" #D "> is missing or mis-keyed");           \
+  static_assert(Sm90ScoreOpsTuning<D>::Config::kHeadDim == D, "Sm90ScoreOpsTuning<" #D "> is mis-keyed");      \
+  static_assert(Sm90ScoreOpsTuning<D>::Config::kBiasStages >= 1, "a bias stage must fit beside Q, K/V and O"); \
+  static_assert(Sm90ScoreOpsTuning<D>::Config::kBlockN % 64 == 0, "whole 64-key panels of a bias tile");
 FMHA_SM90_HEAD_DIMS(FMHA_SM90_TUNED_)
 #undef FMHA_SM90_TUNED_
 
