@@ -251,9 +251,6 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
   const bool staged_bias = kStagedBias && maps.bias_rows > 0;
   uint32_t q_phase = 0;
   auto next = [&] { return Cfg::kPersistent ? gridDim.x + atomicAdd(tile_counter, 1) : total_tiles(p); };
-  // Cfg::kEarlyClaim: the next tile is claimed as this one's loads start, so
-  // the atomic's round trip overlaps them instead of delaying the next Q.
-  constexpr bool kEarlyClaim = Cfg::kEarlyClaim && Cfg::kPersistent;
   for (int64_t index = blockIdx.x;;) {
     if constexpr (kServing)
       while (index < total_tiles(p) && tile_is_empty<Cfg>(p, index)) index = next();
@@ -272,7 +269,6 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
       tma_load_panel(sm.q() + pn * Cfg::kBlockM * 128, &maps.q, 64 * pn, tw.q_row() + tw.m0, h, tw.q_batch(),
                      sm.q_full());
     q_phase ^= 1u;
-    const int64_t claimed = kEarlyClaim ? next() : 0;
     // K of tile t + 1 goes out before V of tile t: the consumers need them in
     // that order (S of t + 1 and P V of t are issued together), and V's
     // stage frees later than K's, so K never waits behind V.
@@ -352,7 +348,7 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
         st.advance();
       }
     }
-    index = kEarlyClaim ? claimed : next();
+    index = next();
   }
 }
 
@@ -637,11 +633,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the
   // previous consumer in the ring (cw - 1 mod n) completes by arriving.
-  // Every consumer takes one turn per key tile of a work tile (its Q K^T,
-  // with the last tile's P V in the steady loop); the work tile's final P V
-  // takes one too unless the ring runs on across tiles (kTurnAcross).
   constexpr int kTurn = 1 + Cfg::kConsumers;
-  constexpr bool kTurnAcross = Cfg::kTurnAcrossTiles && Cfg::kPingPong;
   auto turn_wait = [&] {
     if constexpr (Cfg::kPingPong) named_sync(kTurn + cw, 256);
   };
@@ -652,21 +644,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   PipeState<Cfg::kStages> st;
   PipeState<Cfg::kBiasStages> bst;  // the bias ring (staged_bias)
   uint32_t q_phase = 0;
-  // kTurnAcross: the last consumer lets consumer 0 go first once per CTA;
-  // the ring then alternates through every tile's Q K^T issues, tile after
-  // tile, so the last consumer's arrival after its last turn of a tile is
-  // what lets consumer 0 start the next one (while the last consumer still
-  // runs its final P V and epilogue). That makes one arrival more than
-  // there are turns: consumer 0 takes it after the last tile.
-  if (kTurnAcross && cw == Cfg::kConsumers - 1) turn_pass();
   for (;;) {
     mbar_wait(sm.q_full(), q_phase);
     q_phase ^= 1u;
     const int64_t index = *sm.tile_slot();
-    if (index < 0) {
-      if (kTurnAcross && cw == 0) turn_wait();
-      break;
-    }
+    if (index < 0) break;
     const TileWork<Cfg, kServing> tw(p, index);
     const int t_begin = tw.t_begin(), t_end = tw.t_end();
     const int row0 = tw.m0 + cw * 64 + warp * 16;  // the warp's first unit row
@@ -772,9 +754,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (flip && t_begin < t_end) flip_q();
 
     if (t_begin < t_end) {
-      // Per tile (!kTurnAcross): the last consumer lets consumer 0 go
-      // first; it skips its last pass below, so every arrival meets a wait.
-      if (!kTurnAcross && cw == Cfg::kConsumers - 1) turn_pass();
+      // The last consumer lets consumer 0 go first; it skips its last pass
+      // below, so every arrival meets a wait.
+      if (cw == Cfg::kConsumers - 1) turn_pass();
       preload(t_begin);
       turn_wait();
       issue_qk(st.stage, st.phase);
@@ -825,17 +807,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         prev = st;
         st.advance();
       }
-      // The tile's final P V: a turn of its own per tile (!kTurnAcross), else
-      // none (the ring has moved on to the next tile's Q K^T).
       const bool guard = needs_guard(tw, t_end - 1, prev);
-      if (!kTurnAcross) turn_wait();
+      turn_wait();
       if (guard) {
-        if (!kTurnAcross && cw != Cfg::kConsumers - 1) turn_pass();
+        if (cw != Cfg::kConsumers - 1) turn_pass();
         pv_guarded(prev.stage);
         if constexpr (kRowSum) sum_p_rows();
       } else {
         issue_pv(prev.stage, prev.phase);
-        if (!kTurnAcross && cw != Cfg::kConsumers - 1) turn_pass();
+        if (cw != Cfg::kConsumers - 1) turn_pass();
         wgmma_wait<0>();
       }
       fence_operands(o_flat);

@@ -71,18 +71,6 @@ struct TileConfig {
   // within the run's noise (-2 to +1%) of main's kernel.
   static constexpr bool kRowSumMma = FMHA_SM90_ROWSUM_MMA != 0;
   static constexpr bool kDescAdd32 = FMHA_SM90_DESC_ADD32 != 0 && kConsumers_ == 2;
-  // The consumers' turn ring (kPingPong) runs on across work tiles (CMake
-  // FMHA_SM90_TURN_ACROSS_TILES): a tile's last P V takes no turn and the
-  // ring is primed once per CTA, not per tile, so consumer 0 issues the next
-  // tile's first Q K^T while the last consumer still runs its last P V and
-  // epilogue (FA3's scheduler barrier). Off: the last consumer's epilogue
-  // and Q load gate consumer 0's next tile, the tensor core idle meanwhile.
-  static constexpr bool kTurnAcrossTiles = FMHA_SM90_TURN_ACROSS_TILES != 0;
-  // The producer claims the next work tile (the persistent grid's atomic)
-  // when it starts loading this one, not after its last load (CMake
-  // FMHA_SM90_EARLY_CLAIM): the atomic's round trip then overlaps the K/V
-  // loads instead of delaying the next tile's Q and first K.
-  static constexpr bool kEarlyClaim = FMHA_SM90_EARLY_CLAIM != 0;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
 
