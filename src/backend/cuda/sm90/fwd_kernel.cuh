@@ -147,6 +147,11 @@ struct SmemLayout {
     return reinterpret_cast<volatile int64_t*>(bars() + 2 + 4 * Cfg::kStages +
                                                2 * Cfg::kMaxBiasStages * Cfg::kConsumers);
   }
+  // Cfg::kPublishTile: the work tile (a TileWork) after the slot.
+  __device__ unsigned char* tile_work() const {
+    return reinterpret_cast<unsigned char*>(bars() + 2 + 4 * Cfg::kStages + 2 * Cfg::kMaxBiasStages * Cfg::kConsumers +
+                                            1);
+  }
   // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile (Q or O).
   __device__ static unsigned char* rows(unsigned char* tile, int cw, int panel) {
     return consumer_rows<Cfg::kBlockM>(tile, cw, panel);
@@ -262,6 +267,10 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
     }
     *sm.tile_slot() = index;
     const TileWork<Cfg, kServing> tw(p, index);
+    if constexpr (Cfg::kPublishTile) {
+      static_assert(sizeof(tw) <= Cfg::kTileWorkBytes, "the published work tile fits its room");
+      *reinterpret_cast<TileWork<Cfg, kServing>*>(sm.tile_work()) = tw;  // published by the q_full arrival
+    }
     const int h = static_cast<int>(tw.w.hs), hk = static_cast<int>(tw.w.hk);
     mbar_arrive_expect_tx(sm.q_full(), Cfg::kQBytes);
 #pragma unroll
@@ -649,7 +658,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     q_phase ^= 1u;
     const int64_t index = *sm.tile_slot();
     if (index < 0) break;
-    const TileWork<Cfg, kServing> tw(p, index);
+    const TileWork<Cfg, kServing> tw =
+        Cfg::kPublishTile ? *reinterpret_cast<const TileWork<Cfg, kServing>*>(sm.tile_work())
+                          : TileWork<Cfg, kServing>(p, index);
     const int t_begin = tw.t_begin(), t_end = tw.t_end();
     const int row0 = tw.m0 + cw * 64 + warp * 16;  // the warp's first unit row
 #pragma unroll

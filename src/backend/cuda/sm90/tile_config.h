@@ -71,7 +71,14 @@ struct TileConfig {
   // within the run's noise (-2 to +1%) of main's kernel.
   static constexpr bool kRowSumMma = FMHA_SM90_ROWSUM_MMA != 0;
   static constexpr bool kDescAdd32 = FMHA_SM90_DESC_ADD32 != 0 && kConsumers_ == 2;
-  static constexpr int kThreads = 128 * (kConsumers + 1);
+  // The producer hands the consumers the work tile it derived (its
+  // coordinates, key tiles and sequence extents) in shared memory beside
+  // the tile slot (CMake FMHA_SM90_PUBLISH_TILE), instead of each consumer
+  // deriving it again from the index: that derivation (schedule_tile's and
+  // key_tiles' 64-bit divisions, four calls of the division routine, ~400
+  // instructions in the SASS) sat between a consumer's Q arriving and its
+  // first Q K^T, on the tensor core's idle path at every work tile.
+  static constexpr bool kPublishTile = FMHA_SM90_PUBLISH_TILE != 0;  static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
 
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
@@ -81,9 +88,12 @@ struct TileConfig {
   // tile's Q waits for the store), then the mbarriers; plus 1024 bytes to
   // align the base to a swizzle atom.
   // The barriers: Q's full / empty, K's and V's per stage, the bias ring's
-  // per stage and consumer (room for kMaxBiasStages), the tile slot.
+  // per stage and consumer (room for kMaxBiasStages), the tile slot, and
+  // with kPublishTile the work tile as the producer derived it.
   static constexpr int kMaxBiasStages = 2;
-  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8;
+  static constexpr int kTileWorkBytes = 128;
+  static constexpr int kBarrierBytes =
+      8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8 + (FMHA_SM90_PUBLISH_TILE != 0 ? kTileWorkBytes : 0);
   static constexpr int kSmemMax = 227 * 1024;
   // With kRowSumMma the ones tile follows the barriers, 128-byte aligned.
   static constexpr int kOnesBytes = kRowSumMma ? 128 + 256 : 0;
