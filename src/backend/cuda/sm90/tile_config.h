@@ -183,11 +183,25 @@ struct Sm90ScoreOpsTuning<256> {
   using Config = TileConfig<256, 64, 2>;
 };
 
+// The plain serving kernel's tile (ragged, seqused_k and paged layouts),
+// where it differs from the dense one's: D=256 keeps 64-key tiles, since a
+// block table's pages must tile a key tile or be tiled by it (sm90_forward.cu)
+// and the page sizes in use (16 to 256, powers of 2) do not tile 80 keys.
+template <int kHeadDim>
+struct Sm90ServingTuning {
+  using Config = typename Sm90Tuning<kHeadDim>::Config;
+};
+template <>
+struct Sm90ServingTuning<256> {
+  using Config = TileConfig<256, 64, 2>;
+};
+
 // Every instantiated head dim (the build's list, FMHA_SM90_INSTANCES) has
 // its tuning, keyed by the right head dim.
 #define FMHA_SM90_TUNED_(D)                                                                                    \
   static_assert(Sm90Tuning<D>::Config::kHeadDim == D, "Sm90Tuning<" #D "> is missing or mis-keyed");           \
   static_assert(Sm90ScoreOpsTuning<D>::Config::kHeadDim == D, "Sm90ScoreOpsTuning<" #D "> is mis-keyed");      \
+  static_assert(Sm90ServingTuning<D>::Config::kHeadDim == D, "Sm90ServingTuning<" #D "> is mis-keyed");        \
   static_assert(Sm90ScoreOpsTuning<D>::Config::kBiasStages >= 1, "a bias stage must fit beside Q, K/V and O"); \
   static_assert(Sm90ScoreOpsTuning<D>::Config::kBlockN % 64 == 0, "whole 64-key panels of a bias tile");
 FMHA_SM90_HEAD_DIMS(FMHA_SM90_TUNED_)
