@@ -78,7 +78,8 @@ struct TileConfig {
   // key_tiles' 64-bit divisions, four calls of the division routine, ~400
   // instructions in the SASS) sat between a consumer's Q arriving and its
   // first Q K^T, on the tensor core's idle path at every work tile.
-  static constexpr bool kPublishTile = FMHA_SM90_PUBLISH_TILE != 0;  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr bool kPublishTile = FMHA_SM90_PUBLISH_TILE != 0;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
 
   static constexpr int kQBytes = kBlockM * kHeadDim * 2;
@@ -93,7 +94,7 @@ struct TileConfig {
   static constexpr int kMaxBiasStages = 2;
   static constexpr int kTileWorkBytes = 128;
   static constexpr int kBarrierBytes =
-      8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8 + (FMHA_SM90_PUBLISH_TILE != 0 ? kTileWorkBytes : 0);
+      8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8 + (kPublishTile ? kTileWorkBytes : 0);
   static constexpr int kSmemMax = 227 * 1024;
   // With kRowSumMma the ones tile follows the barriers, 128-byte aligned.
   static constexpr int kOnesBytes = kRowSumMma ? 128 + 256 : 0;
