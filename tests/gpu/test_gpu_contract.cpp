@@ -173,11 +173,12 @@ TEST_CASE("two runs are bitwise equal") {
 
 TEST_CASE("cuda_sm90_ws: persistent CTAs over several work tiles each, every head dim, partial key tiles") {
   // More work tiles than the H200 has SMs (132), so each persistent CTA takes
-  // two or more in turn: what runs across work tiles (the consumers' turn
-  // ring, the producer's claim of the next tile, the K/V ring, the L2 bands
-  // of GQA groups) is exercised; key counts that leave a partial last key
-  // tile for every tile width (64, 80, 128). Forced cuda_sm90_ws, one split
-  // and the automatic split count; a build or device without it declines.
+  // two or more in turn: what runs across work tiles (the work tile the
+  // producer publishes to the consumers, the turn ring, the K/V ring, the L2
+  // bands of GQA groups) is exercised; key counts that leave a partial last
+  // key tile for every tile width (80 at D=256, 128). Forced cuda_sm90_ws,
+  // one split and the automatic split count; a build or device without it
+  // declines.
   GpuHandle h;
   REQUIRE(h.status() == FMHA_SUCCESS);
   CudaMemory mem;

@@ -52,19 +52,10 @@ set(FMHA_SM90_INSTANCES
 set(FMHA_SM90_L2_BAND_MIB "16" CACHE STRING "cuda_sm90_ws: L2 budget in MiB of the work order's unit bands (0: none)")
 set(FMHA_SM90_ROWSUM_MMA "0" CACHE STRING "cuda_sm90_ws experiment: row sums on the P V MMA (1) or in FADDs (0)")
 set(FMHA_SM90_DESC_ADD32 "0" CACHE STRING "cuda_sm90_ws experiment: wgmma descriptors advanced by a 32-bit add (1)")
-# Issue 8, second pass (docs/performance.md, "Issue 8, second pass"): the
-# plain D=256 kernel's key tile, 64 or 80 keys; the producer hands the
-# consumers the work tile it derived (1) or each derives it (0)
-# (tile_config.h).
-set(FMHA_SM90_D256_BLOCK_N "64" CACHE STRING "cuda_sm90_ws: key tile of the plain D=256 kernel (64 or 80)")
-set(FMHA_SM90_PUBLISH_TILE "0" CACHE STRING "cuda_sm90_ws: the producer publishes the derived work tile (1)")
 if(NOT FMHA_SM90_ROWSUM_MMA MATCHES "^[01]$" OR NOT FMHA_SM90_L2_BAND_MIB MATCHES "^[0-9]+$" OR
-   NOT FMHA_SM90_DESC_ADD32 MATCHES "^[01]$" OR NOT FMHA_SM90_D256_BLOCK_N MATCHES "^(64|80)$" OR
-   NOT FMHA_SM90_PUBLISH_TILE MATCHES "^[01]$")
-  message(FATAL_ERROR "FMHA_SM90_ROWSUM_MMA (0 or 1) / FMHA_SM90_L2_BAND_MIB (MiB) / FMHA_SM90_DESC_ADD32 (0 or 1) / "
-                      "FMHA_SM90_D256_BLOCK_N (64 or 80) / FMHA_SM90_PUBLISH_TILE (0 or 1): '${FMHA_SM90_ROWSUM_MMA}' / "
-                      "'${FMHA_SM90_L2_BAND_MIB}' / '${FMHA_SM90_DESC_ADD32}' / '${FMHA_SM90_D256_BLOCK_N}' / "
-                      "'${FMHA_SM90_PUBLISH_TILE}'")
+   NOT FMHA_SM90_DESC_ADD32 MATCHES "^[01]$")
+  message(FATAL_ERROR "FMHA_SM90_ROWSUM_MMA (0 or 1) / FMHA_SM90_L2_BAND_MIB (MiB) / FMHA_SM90_DESC_ADD32 (0 or 1): "
+                      "'${FMHA_SM90_ROWSUM_MMA}' / '${FMHA_SM90_L2_BAND_MIB}' / '${FMHA_SM90_DESC_ADD32}'")
 endif()
 
 # Benchmarking builds only: the sm90 FP8 units also compile the candidate tile

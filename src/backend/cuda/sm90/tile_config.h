@@ -71,14 +71,6 @@ struct TileConfig {
   // within the run's noise (-2 to +1%) of main's kernel.
   static constexpr bool kRowSumMma = FMHA_SM90_ROWSUM_MMA != 0;
   static constexpr bool kDescAdd32 = FMHA_SM90_DESC_ADD32 != 0 && kConsumers_ == 2;
-  // The producer hands the consumers the work tile it derived (its
-  // coordinates, key tiles and sequence extents) in shared memory beside
-  // the tile slot (CMake FMHA_SM90_PUBLISH_TILE), instead of each consumer
-  // deriving it again from the index: that derivation (schedule_tile's and
-  // key_tiles' 64-bit divisions, four calls of the division routine, ~400
-  // instructions in the SASS) sat between a consumer's Q arriving and its
-  // first Q K^T, on the tensor core's idle path at every work tile.
-  static constexpr bool kPublishTile = FMHA_SM90_PUBLISH_TILE != 0;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
 
@@ -89,12 +81,11 @@ struct TileConfig {
   // tile's Q waits for the store), then the mbarriers; plus 1024 bytes to
   // align the base to a swizzle atom.
   // The barriers: Q's full / empty, K's and V's per stage, the bias ring's
-  // per stage and consumer (room for kMaxBiasStages), the tile slot, and
-  // with kPublishTile the work tile as the producer derived it.
+  // per stage and consumer (room for kMaxBiasStages), the tile slot, then
+  // the work tile as the producer derived it (fwd_kernel.cuh, TileWork).
   static constexpr int kMaxBiasStages = 2;
   static constexpr int kTileWorkBytes = 128;
-  static constexpr int kBarrierBytes =
-      8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8 + (kPublishTile ? kTileWorkBytes : 0);
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8 + kTileWorkBytes;
   static constexpr int kSmemMax = 227 * 1024;
   // With kRowSumMma the ones tile follows the barriers, 128-byte aligned.
   static constexpr int kOnesBytes = kRowSumMma ? 128 + 256 : 0;
@@ -145,10 +136,11 @@ struct TileConfig {
 //          BF16, non-causal, batched GQA). Tried
 //          and not taken (same run): 3 stages with O staged in Q (-2 to -3%),
 //          128 x 176 key tiles for unmasked problems (equal: 513 vs 516).
-//   D=256: 128 x 64,  2 stages: 64 + 128 KB (O: 128 accumulator registers);
-//          CMake FMHA_SM90_D256_BLOCK_N = 80 (issue 8's candidate, FA3's
-//          D=256 shape): 128 x 80, 64 + 160 KB, O staged in Q's buffer.
-//          3 stages of 64 keys (256 KB) and 96 keys (256 KB) do not fit.
+//   D=256: 128 x 80, 2 stages: 64 + 160 KB, O staged in Q's buffer (O: 128
+//          accumulator registers; FA3's D=256 shape). Against 128 x 64
+//          (3 interleaved rounds, causal FP16): N=8192 +3.8% (588 vs 567
+//          TFLOP/s), 2048 -1.8% (within the rounds' spread). 3 stages of 64
+//          keys and tiles of 96 keys need 256 KB and do not fit.
 template <int kHeadDim>
 struct Sm90Tuning;
 template <>
@@ -161,7 +153,7 @@ struct Sm90Tuning<128> {
 };
 template <>
 struct Sm90Tuning<256> {
-  using Config = TileConfig<256, FMHA_SM90_D256_BLOCK_N, 2>;
+  using Config = TileConfig<256, 80, 2>;
 };
 
 // The score-ops kernel's tile (ScoreOps::kAll: bias, ALiBi, softcap,
