@@ -250,7 +250,7 @@ __device__ __forceinline__ int64_t total_tiles(const FwdParams& p) {
 // whether this launch does): per key tile, ahead of its K, one box of each
 // consumer's rows into the bias ring, which also runs on across tiles.
 // kPublish: the consumers take the tile as derived here (SmemLayout::
-// tile_work; the plain kernels).
+// tile_work; fwd_kernel's kTakeTile).
 template <class Cfg, bool kServing, bool kStagedBias, bool kPublish>
 __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayout<Cfg>& sm, int* tile_counter) {
   PipeState<Cfg::kStages> st;
@@ -383,6 +383,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool kScoreOps = kOps != ScoreOps::kNone;
   constexpr bool kAllOps = kOps == ScoreOps::kAll;
   constexpr bool kQInRegs = Cfg::kQInRegs && !kScoreOps;
+  // The consumers take each work tile as the producer derived it (produce)
+  // in the plain 2-consumer kernels (D=128, D=256), where it was measured.
+  // The score-ops kernels derive it again: with the copy ptxas spilled
+  // 0.1-0.4 KB more in them, whose speed hangs on their spills; so do the
+  // 3-consumer ones (D=64, 160 registers: the copy spilled, 92 / 108 bytes
+  // against 64 / 52, some of it in the diagonal tiles' mask code; not run).
+  constexpr bool kTakeTile = !kScoreOps && Cfg::kConsumers == 2;
   // The row sums on the tensor core and the 32-bit descriptor advance
   // (tile_config.h), plain kernels only (measured there).
   constexpr bool kRowSum = Cfg::kRowSumMma && !kScoreOps;
@@ -415,7 +422,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch(&maps.k);
       tma_prefetch(&maps.v);
       if (kAllOps && maps.bias_rows > 0) tma_prefetch(&maps.bias);
-      produce<Cfg, kServing, kAllOps, !kScoreOps>(p, maps, sm, tile_counter);
+      produce<Cfg, kServing, kAllOps, kTakeTile>(p, maps, sm, tile_counter);
     }
     return;
   }
@@ -665,12 +672,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     q_phase ^= 1u;
     const int64_t index = *sm.tile_slot();
     if (index < 0) break;
-    // The plain kernels take the producer's derivation of the tile (produce),
-    // read before Q's release; the score-ops kernels derive it again (with
-    // the copy ptxas spilled 0.1-0.4 KB more in them, whose speed hangs on
-    // their spills).
-    const TileWork<Cfg, kServing> tw = kScoreOps ? TileWork<Cfg, kServing>(p, index)
-                                                 : *reinterpret_cast<const TileWork<Cfg, kServing>*>(sm.tile_work());
+    // kTakeTile: the producer's derivation of the tile (produce), read
+    // before Q's release.
+    const TileWork<Cfg, kServing> tw = kTakeTile ? *reinterpret_cast<const TileWork<Cfg, kServing>*>(sm.tile_work())
+                                                 : TileWork<Cfg, kServing>(p, index);
     const int t_begin = tw.t_begin(), t_end = tw.t_end();
     const int row0 = tw.m0 + cw * 64 + warp * 16;  // the warp's first unit row
 #pragma unroll
