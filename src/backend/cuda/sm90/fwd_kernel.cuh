@@ -268,13 +268,14 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
       return;
     }
     *sm.tile_slot() = index;
-    // The consumers take the tile as derived here (published by the q_full
-    // arrival) rather than derive it again: that derivation (schedule_tile's
-    // and key_tiles' 64-bit divisions, four calls of the division routine,
-    // ~400 instructions) sat between a consumer's Q arriving and its first
-    // Q K^T, while the tensor core idled at every work tile. H200, 3
-    // interleaved rounds: batched GQA B8 H32/8 N2048 causal +3.7%, causal
-    // FP16 D=128 N=2048 +3.1%, 8192 +2.2%, non-causal 8192 +0.4%.
+    // kPublish: the consumers take the tile as derived here (published by
+    // the q_full arrival) rather than derive it again: that derivation
+    // (schedule_tile's and key_tiles' 64-bit divisions, four calls of the
+    // division routine, ~400 instructions) sat between a consumer's Q
+    // arriving and its first Q K^T, while the tensor core idled at every
+    // work tile. H200, 3 interleaved rounds: batched GQA B8 H32/8 N2048
+    // causal +3.7%, causal FP16 D=128 N=2048 +3.1%, 8192 +2.2%, non-causal
+    // 8192 +0.4%.
     const TileWork<Cfg, kServing> tw(p, index);
     static_assert(sizeof(tw) <= Cfg::kTileWorkBytes, "the published work tile fits its room");
     if constexpr (kPublish) *reinterpret_cast<TileWork<Cfg, kServing>*>(sm.tile_work()) = tw;
