@@ -14,7 +14,8 @@
 //   bench_cuda [--suite a,b,...] [--kernels k1,k2] [--n 2048,8192]
 //              [--splits n] [--head-major-pages] [--no-check] [--check-all] [--group-ms x]
 // suites: check (correctness matrix, pass/fail), seed (causal FP16 D=128,
-// N=512..32768), bf16, noncausal, d64, dims (causal FP16 D=32, 96, 256),
+// N=512..32768), bf16, noncausal, d64, d256 (causal FP16 D=256, with
+// peers), dims (causal FP16 D=32, 96, 256),
 // gqa (chunked prefill, and a batched B=8 prefill), decode, large (tensors
 // past 2^31 elements, B*H past 65535), serving (issue 9: BF16 GQA decode over contiguous, seqused_k and
 // paged KV caches in TB/s against the device copy bandwidth, and a ragged
@@ -624,6 +625,9 @@ std::vector<Case> perf_cases(const std::string& suite, const std::vector<int64_t
   if (suite == "bf16") seq("bf16", H, 128, FMHA_MASK_CAUSAL, {{2048, 0.1700, 0.0847}, {8192, 1.7355, 1.0198}});
   if (suite == "noncausal") seq("noncausal", F, 128, FMHA_MASK_NONE, {{2048, 0.2040, 0.1151}, {8192, 3.2795, 1.8840}});
   if (suite == "d64") seq("d64", F, 64, FMHA_MASK_CAUSAL, {{2048, 0.0978, 0.0582}, {8192, 0.9995, 0.6518}});
+  // Peers from compare_torch.py on the H200 (torch 2.11, cuDNN 9.19; the
+  // start of session 2026-12-01, docs/performance.md).
+  if (suite == "d256") seq("d256", F, 256, FMHA_MASK_CAUSAL, {{2048, 0.287, 0.157}, {8192, 3.732, 1.879}});
   if (suite == "dims") {  // no peer numbers for these head dims
     for (int64_t D : {32, 96, 256}) {
       std::vector<Peer> none = {{2048, 0, 0}, {8192, 0, 0}};
@@ -1316,7 +1320,7 @@ int main(int argc, char** argv) {
     };
     if (a == "--suite") {
       suites = split_list(next());
-      if (suites.size() == 1 && suites[0] == "all") suites = {"seed", "bf16", "noncausal", "d64", "dims", "gqa", "decode"};
+      if (suites.size() == 1 && suites[0] == "all") suites = {"seed", "bf16", "noncausal", "d64", "d256", "dims", "gqa", "decode"};
     } else if (a == "--kernels") want_kernels = split_list(next());
     else if (a == "--n") {
       for (const std::string& s : split_list(next())) ns.push_back(std::atoll(s.c_str()));
@@ -1328,7 +1332,7 @@ int main(int argc, char** argv) {
     else if (a == "--group-ms") group_ms = std::atof(next());
     else {
       std::fprintf(stderr,
-                   "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,dims,gqa,decode,large,serving,bias,fp8kv,fp8|all] "
+                   "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,d256,dims,gqa,decode,large,serving,bias,fp8kv,fp8|all] "
                    "[--kernels a,b] [--n 2048,8192] [--d 128] [--splits n] [--head-major-pages] [--no-check] [--check-all] [--group-ms x]\n");
       return 2;
     }

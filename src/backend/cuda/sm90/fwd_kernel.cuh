@@ -147,6 +147,11 @@ struct SmemLayout {
     return reinterpret_cast<volatile int64_t*>(bars() + 2 + 4 * Cfg::kStages +
                                                2 * Cfg::kMaxBiasStages * Cfg::kConsumers);
   }
+  // The work tile (a TileWork) the producer derived, after the slot.
+  __device__ unsigned char* tile_work() const {
+    return reinterpret_cast<unsigned char*>(bars() + 2 + 4 * Cfg::kStages + 2 * Cfg::kMaxBiasStages * Cfg::kConsumers +
+                                            1);
+  }
   // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile (Q or O).
   __device__ static unsigned char* rows(unsigned char* tile, int cw, int panel) {
     return consumer_rows<Cfg::kBlockM>(tile, cw, panel);
@@ -244,7 +249,9 @@ __device__ __forceinline__ int64_t total_tiles(const FwdParams& p) {
 // kStagedBias: the kernel may stage bias tiles (maps.bias_rows > 0 says
 // whether this launch does): per key tile, ahead of its K, one box of each
 // consumer's rows into the bias ring, which also runs on across tiles.
-template <class Cfg, bool kServing, bool kStagedBias>
+// kPublish: the consumers take the tile as derived here (SmemLayout::
+// tile_work; fwd_kernel's kTakeTile).
+template <class Cfg, bool kServing, bool kStagedBias, bool kPublish>
 __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayout<Cfg>& sm, int* tile_counter) {
   PipeState<Cfg::kStages> st;
   PipeState<Cfg::kBiasStages> bst;
@@ -261,7 +268,17 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
       return;
     }
     *sm.tile_slot() = index;
+    // kPublish: the consumers take the tile as derived here (published by
+    // the q_full arrival) rather than derive it again: that derivation
+    // (schedule_tile's and key_tiles' 64-bit divisions, four calls of the
+    // division routine, ~400 instructions) sat between a consumer's Q
+    // arriving and its first Q K^T, while the tensor core idled at every
+    // work tile. H200, 3 interleaved rounds: batched GQA B8 H32/8 N2048
+    // causal +3.7%, causal FP16 D=128 N=2048 +3.1%, 8192 +2.2%, non-causal
+    // 8192 +0.4%.
     const TileWork<Cfg, kServing> tw(p, index);
+    static_assert(sizeof(tw) <= Cfg::kTileWorkBytes, "the published work tile fits its room");
+    if constexpr (kPublish) *reinterpret_cast<TileWork<Cfg, kServing>*>(sm.tile_work()) = tw;
     const int h = static_cast<int>(tw.w.hs), hk = static_cast<int>(tw.w.hk);
     mbar_arrive_expect_tx(sm.q_full(), Cfg::kQBytes);
 #pragma unroll
@@ -367,6 +384,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool kScoreOps = kOps != ScoreOps::kNone;
   constexpr bool kAllOps = kOps == ScoreOps::kAll;
   constexpr bool kQInRegs = Cfg::kQInRegs && !kScoreOps;
+  // The consumers take each work tile as the producer derived it (produce)
+  // in the plain 2-consumer kernels (D=128, D=256), where it was measured.
+  // The score-ops kernels derive it again: with the copy ptxas spilled
+  // 0.1-0.4 KB more in them, whose speed hangs on their spills; so do the
+  // 3-consumer ones (D=64, 160 registers: the copy spilled, 92 / 108 bytes
+  // against 64 / 52, some of it in the diagonal tiles' mask code; not run).
+  constexpr bool kTakeTile = !kScoreOps && Cfg::kConsumers == 2;
   // The row sums on the tensor core and the 32-bit descriptor advance
   // (tile_config.h), plain kernels only (measured there).
   constexpr bool kRowSum = Cfg::kRowSumMma && !kScoreOps;
@@ -399,7 +423,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch(&maps.k);
       tma_prefetch(&maps.v);
       if (kAllOps && maps.bias_rows > 0) tma_prefetch(&maps.bias);
-      produce<Cfg, kServing, kAllOps>(p, maps, sm, tile_counter);
+      produce<Cfg, kServing, kAllOps, kTakeTile>(p, maps, sm, tile_counter);
     }
     return;
   }
@@ -633,7 +657,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the
   // previous consumer in the ring (cw - 1 mod n) completes by arriving.
-  // consumer's arrival completes.
   constexpr int kTurn = 1 + Cfg::kConsumers;
   auto turn_wait = [&] {
     if constexpr (Cfg::kPingPong) named_sync(kTurn + cw, 256);
@@ -650,7 +673,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     q_phase ^= 1u;
     const int64_t index = *sm.tile_slot();
     if (index < 0) break;
-    const TileWork<Cfg, kServing> tw(p, index);
+    // kTakeTile: the producer's derivation of the tile (produce), read
+    // before Q's release.
+    const TileWork<Cfg, kServing> tw = kTakeTile ? *reinterpret_cast<const TileWork<Cfg, kServing>*>(sm.tile_work())
+                                                 : TileWork<Cfg, kServing>(p, index);
     const int t_begin = tw.t_begin(), t_end = tw.t_end();
     const int row0 = tw.m0 + cw * 64 + warp * 16;  // the warp's first unit row
 #pragma unroll

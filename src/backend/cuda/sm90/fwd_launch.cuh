@@ -93,6 +93,7 @@ fmha_status launch_fwd_kernel(const FwdParams& params, const LaunchArgs& a) {
 template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   using Cfg = typename Sm90Tuning<kHeadDim>::Config;
+  using ServingCfg = typename Sm90ServingTuning<kHeadDim>::Config;
   using OpsCfg = typename Sm90ScoreOpsTuning<kHeadDim>::Config;
   // The plain kernels, one per layout (the dense one reads no metadata and
   // runs no score transform), and one kAll kernel for every problem with a
@@ -102,7 +103,7 @@ fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   // N=8192, softcap / none 1.50 / 1.44 against 1.53 / 1.55 in kAll).
   const fmha_status s =
       a.ops != ScoreOps::kNone ? launch_fwd_kernel<T, OpsCfg, ScoreOps::kAll, true>(f, a)
-      : f.layout.any()         ? launch_fwd_kernel<T, Cfg, ScoreOps::kNone, true>(f, a)
+      : f.layout.any()         ? launch_fwd_kernel<T, ServingCfg, ScoreOps::kNone, true>(f, a)
                                : launch_fwd_kernel<T, Cfg, ScoreOps::kNone, false>(f, a);
   if (s != FMHA_SUCCESS || f.num_splits == 1) return s;
   return launch_split_combine<T>(fwd_combine_params(f), a.stream);
