@@ -8,17 +8,17 @@
 #   build  "this": fmha, test_gpu, bench_cuda (sm90 f16:64, f16:128,
 #          bf16:64, bf16:128; sm80 f16:128, bf16:128, which the bias tests'
 #          "sm80 must have run" checks need);
-#          "qregs": this tree with -DFMHA_SM90_OPS_QREGS=1 (the score-ops
-#          kernel keeps Q in registers, an experiment), fmha, test_gpu and
-#          bench_cuda (sm90 f16:128, bf16:128; sm80 f16:128, bf16:128);
+#          "smemq": this tree with -DFMHA_SM90_OPS_QREGS=0 (the score-ops
+#          kernel's Q in shared memory, as on main), fmha and bench_cuda
+#          (sm90 f16:128, sm80 f16:128);
 #          "main": a copy of this tree with tools/device/bias3_main.patch
 #          reversed (main's src/backend/cuda), fmha and bench_cuda (sm90
-#          f16:128, sm80 f16:128). build.log ends with the C7514 counts.
+#          f16:128, sm80 f16:128). build.log ends with the C7514 count.
 #   run    1. test_gpu -tc="*bias*,*alibi*,*ALiBi*,*descale*,*softcap*"
-#             (minus the sm80 FP8 K/V cases: no FP8 K/V unit is built) on
-#             "this" and on "qregs", tests.log
+#             (minus the sm80 FP8 K/V cases: no FP8 K/V unit is built),
+#             tests.log
 #          2. bench_cuda --suite bias --n 8192 --kernels cuda_sm90_ws, this /
-#             qregs / main interleaved, 2 rounds at D=128, bench.log
+#             smemq / main interleaved, 2 rounds at D=128, bench.log
 #
 # What it should show: every test step rc=0 with "0 failed"; C7514 0; in the
 # bench table ("descales=1 / none" is the score-ops kernel with nothing to
@@ -29,7 +29,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out=${OUT:-$root/bias3-out}
 mkdir -p "$out"
 bdir="$root/build-bias3"
-qdir="$root/build-bias3-qregs"
+qdir="$root/build-bias3-smemq"
 mroot="$root/build-bias3-main"  # src/: the "main" tree, build/: its build
 stage=${STAGE:-all}
 jobs=${JOBS:-16}
@@ -58,30 +58,30 @@ if [ "$stage" != run ]; then
     main_ok=0
     status=1
   }
-  : >"$out/build_a.log"
   step configure "$out/build_a.log" cmake -S "$root" -B "$bdir" "${cmake_args[@]}" \
     "-DFMHA_SM90_INSTANCES=f16:64;f16:128;bf16:64;bf16:128" "-DFMHA_SM80_INSTANCES=f16:128;bf16:128" || exit 1
-  step configure-qregs "$out/build_a.log" cmake -S "$root" -B "$qdir" "${cmake_args[@]}" \
-    "-DFMHA_SM90_INSTANCES=f16:128;bf16:128" "-DFMHA_SM80_INSTANCES=f16:128;bf16:128" \
-    "-DCMAKE_CUDA_FLAGS=-DFMHA_SM90_OPS_QREGS=1" || status=1
-  [ "$main_ok" = 1 ] && { step configure-main "$out/build_a.log" cmake -S "$mroot/src" -B "$mroot/build" \
+  step configure-smemq "$out/build_e.log" cmake -S "$root" -B "$qdir" "${cmake_args[@]}" \
+    "-DFMHA_SM90_INSTANCES=f16:128" "-DFMHA_SM80_INSTANCES=f16:128" "-DCMAKE_CUDA_FLAGS=-DFMHA_SM90_OPS_QREGS=0" ||
+    status=1
+  [ "$main_ok" = 1 ] && { step configure-main "$out/build_f.log" cmake -S "$mroot/src" -B "$mroot/build" \
     "${cmake_args[@]}" "-DFMHA_SM90_INSTANCES=f16:128" "-DFMHA_SM80_INSTANCES=f16:128" || main_ok=0; }
-  # The three builds at once, a third of the jobs each.
-  third=$(((jobs + 2) / 3))
-  cmake --build "$bdir" -j"$third" --target fmha test_gpu bench_cuda >"$out/build_b.log" 2>&1 &
+  # The three builds at once: half the jobs to this tree, a quarter to each small one.
+  half=$(((jobs + 1) / 2))
+  quarter=$(((jobs + 3) / 4))
+  cmake --build "$bdir" -j"$half" --target fmha test_gpu bench_cuda >"$out/build_b.log" 2>&1 &
   pid_a=$!
-  cmake --build "$qdir" -j"$third" --target fmha test_gpu bench_cuda >"$out/build_c.log" 2>&1 &
+  cmake --build "$qdir" -j"$quarter" --target fmha bench_cuda >"$out/build_c.log" 2>&1 &
   pid_q=$!
-  [ "$main_ok" = 1 ] && { step build-main "$out/build_d.log" cmake --build "$mroot/build" -j"$third" \
+  [ "$main_ok" = 1 ] && { step build-main "$out/build_d.log" cmake --build "$mroot/build" -j"$quarter" \
     --target fmha bench_cuda || status=1; }
   wait "$pid_a"
   rc_a=$?
   wait "$pid_q"
   rc_q=$?
-  note "$(printf '%-22s rc=%-3s rc(qregs)=%-3s %5ss' build "$rc_a" "$rc_q" "$SECONDS")"
+  note "$(printf '%-22s rc=%-3s rc(smemq)=%-3s %5ss' build "$rc_a" "$rc_q" "$SECONDS")"
   [ "$rc_a" = 0 ] || { tail -40 "$out/build_b.log" >>"$summary"; status=1; }
   [ "$rc_q" = 0 ] || { tail -20 "$out/build_c.log" >>"$summary"; status=1; }
-  for f in build_a build_b build_c build_d; do
+  for f in build_a build_e build_f build_b build_c build_d; do
     [ -f "$out/$f.log" ] && cat "$out/$f.log" >>"$out/build.log" && rm -f "$out/$f.log"
   done
   note "C7514 (wgmma serialized) in build.log: $(grep -c C7514 "$out/build.log")"
@@ -91,8 +91,6 @@ fi
 filter='*bias*,*alibi*,*ALiBi*,*descale*,*softcap*'
 STEP_TIMEOUT=150
 step tests "$out/tests.log" "$bdir/tests/test_gpu" -tc="$filter" -tce="sm80 FP8*" || status=1
-step tests-qregs "$out/tests_q.log" "$qdir/tests/test_gpu" -tc="$filter" -tce="sm80 FP8*" || status=1
-cat "$out/tests_q.log" >>"$out/tests.log" && rm -f "$out/tests_q.log"
 
 bench=$(find "$bdir" -name bench_cuda -type f -perm -u+x 2>/dev/null | head -1)
 bench_q=$(find "$qdir" -name bench_cuda -type f -perm -u+x 2>/dev/null | head -1)
@@ -102,8 +100,8 @@ STEP_PATTERN='^\| FP16'
 STEP_LINES=2
 : >"$out/bench.log"
 for round in 1 2; do
-  for which in this qregs main; do
-    case $which in this) b=$bench ;; qregs) b=$bench_q ;; main) b=$bench_main ;; esac
+  for which in this smemq main; do
+    case $which in this) b=$bench ;; smemq) b=$bench_q ;; main) b=$bench_main ;; esac
     [ -n "$b" ] || { note "bench-$which: no bench_cuda"; status=1; continue; }
     note "bench round $round, $which:"
     step "bench-$which-$round" "$out/bench_round.log" "$b" --suite bias --n 8192 --kernels cuda_sm90_ws ||
