@@ -20,10 +20,13 @@
 #          2. bench_cuda --suite bias --n 8192 --kernels cuda_sm90_ws, this /
 #             smemq / main interleaved, 2 rounds at D=128, bench.log
 #
-# What it should show: every test step rc=0 with "0 failed"; C7514 0; in the
-# bench table ("descales=1 / none" is the score-ops kernel with nothing to
-# do) see docs/performance.md, "Issue 14: the score-ops kernel's floor"
-# for the prediction.
+# What it should show: the test step rc=0 with "0 failed" (its groups
+# include "score factor", the pre-scaled Q and the terms added after Q K^T
+# on cuda_sm90_ws); C7514 0; in the bench table ("descales=1 / none" is the
+# score-ops kernel with nothing to do), predicted in docs/performance.md
+# ("Issue 14: the score-ops kernel's floor and its bias / ALiBi terms"):
+# this tree descales=1 1.10-1.13, bias 1.26-1.30, ALiBi 1.20-1.24; smemq
+# 1.17-1.19 / 1.40-1.44 / 1.27-1.31; main 1.18-1.21 / 1.51-1.55 / 1.40-1.45.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out=${OUT:-$root/bias3-out}
