@@ -57,6 +57,7 @@ namespace fmha::cuda::sm90 {
 struct FwdMaps {
   CUtensorMap q, k, v, o, bias;
   int bias_rows;
+  int bias_ahead;  // staged bias: key tiles ahead of the next load prefetched into L2 (0: none)
 };
 
 // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile of 128-byte
@@ -329,6 +330,16 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
                            rows == 1 ? 0 : tw.m0 + 64 * c, bh, bb, sm.bias_full(bst.stage, c));
         }
         bst.advance();
+        // Key tile t + bias_ahead into L2: with one ring stage (D=128) the
+        // load of t + 1 goes out only once both consumers have read t, about
+        // half a key tile before the first of them needs it, too little for
+        // an HBM read; from L2 it is.
+        const int ta = t + maps.bias_ahead;
+        if (maps.bias_ahead > 0 && ta < tw.t_end())
+          for (int c = 0; c < (rows == 1 ? 1 : Cfg::kConsumers); ++c)
+#pragma unroll
+            for (int pn = 0; pn < Cfg::kBlockN / 64; ++pn)
+              tma_prefetch_panel(&maps.bias, ta * Cfg::kBlockN + 64 * pn, rows == 1 ? 0 : tw.m0 + 64 * c, bh, bb);
       }
     };
     if (tw.t_begin() < tw.t_end()) {
