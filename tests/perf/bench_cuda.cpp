@@ -12,7 +12,7 @@
 // copies when one set would sit in L2. The compact table comes last.
 //
 //   bench_cuda [--suite a,b,...] [--kernels k1,k2] [--n 2048,8192]
-//              [--splits n] [--no-check] [--check-all] [--group-ms x]
+//              [--splits n] [--head-major-pages] [--no-check] [--check-all] [--group-ms x]
 // suites: check (correctness matrix, pass/fail), seed (causal FP16 D=128,
 // N=512..32768), bf16, noncausal, d64, dims (causal FP16 D=32, 96, 256),
 // gqa (chunked prefill, and a batched B=8 prefill), decode, large (tensors
@@ -20,7 +20,8 @@
 // paged KV caches in TB/s against the device copy bandwidth, and a ragged
 // causal prefill against a dense batch, in TFLOP/s; cuda_sm80_tc unless
 // --kernels names others; with --splits n only the decode cases, each at
-// num_splits n), bias (issue 14: the cost of an additive bias
+// num_splits n; --head-major-pages: paged decode over [pages, Hk, page_size,
+// D] pages instead of token-major ones), bias (issue 14: the cost of an additive bias
 // [1, 1, N, N] F16 and of ALiBi [H] slopes over none, FP16 B=1 H=32 D=128
 // unless --d, causal and not, N=8192 unless --n; the three variants interleaved in
 // rounds, each kernel that runs them; softcap 30 rides along), fp8kv
@@ -854,8 +855,11 @@ double time_serving(fmha_handle h, cudaStream_t stream, ServingProblem& sp, cons
 
 // splits >= 0 (--splits): the decode cases only, each with that num_splits
 // (0 = automatic, 1 = none); the prefill cases are left out.
+// head_major_pages (--head-major-pages): the paged decode cases store pages
+// [pages, Hk, page_size, D] (a KV head's page_size rows contiguous) instead
+// of vLLM's token-major [pages, page_size, Hk, D].
 int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::string>& kernels, double group_ms,
-                int splits) {
+                int splits, bool head_major_pages) {
   const double copy = copy_bandwidth(stream);
   std::printf("\nserving suite: device copy bandwidth %.2f TB/s (read + write of a 1 GiB cudaMemcpyAsync)\n", copy);
   std::vector<ServingRow> rows;
@@ -874,12 +878,14 @@ int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::strin
         sp.len_k = lens;
         sp.page_size = ps;
         sp.pages_in_order = variant < 0;
+        sp.pages_head_major = head_major_pages;
         sp.seqused = mixed;
         sp.cap = *std::max_element(lens.begin(), lens.end());
         sp.build();
         if (splits >= 0) sp.p.num_splits = splits;
         ServingRow r;
-        r.what = std::string(name) + (ps ? " paged ps=" + std::to_string(ps) + (variant < 0 ? " in order" : " shuffled")
+        r.what = std::string(name) + (ps ? " paged ps=" + std::to_string(ps) + (variant < 0 ? " in order" : " shuffled") +
+                                               (head_major_pages ? " head-major" : "")
                                          : mixed ? " seqused_k" : " contiguous");
         if (splits >= 0) r.what += " splits=" + std::to_string(splits);
         r.kernel = kn;
@@ -1296,6 +1302,7 @@ int main(int argc, char** argv) {
   std::vector<int64_t> ns;
   int64_t bias_d = 128;  // --d: the bias suite's head dim
   int splits_override = -1;
+  bool head_major_pages = false;  // serving: paged decode pages [pages, Hk, page_size, D]
   bool no_check = false, check_all = false;
   double group_ms = 20;
   for (int i = 1; i < argc; ++i) {
@@ -1314,6 +1321,7 @@ int main(int argc, char** argv) {
     else if (a == "--n") {
       for (const std::string& s : split_list(next())) ns.push_back(std::atoll(s.c_str()));
     } else if (a == "--splits") splits_override = std::atoi(next());
+    else if (a == "--head-major-pages") head_major_pages = true;
     else if (a == "--d") bias_d = std::atoll(next());
     else if (a == "--no-check") no_check = true;
     else if (a == "--check-all") check_all = true;
@@ -1321,7 +1329,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,dims,gqa,decode,large,serving,bias,fp8kv,fp8|all] "
-                   "[--kernels a,b] [--n 2048,8192] [--d 128] [--splits n] [--no-check] [--check-all] [--group-ms x]\n");
+                   "[--kernels a,b] [--n 2048,8192] [--d 128] [--splits n] [--head-major-pages] [--no-check] [--check-all] [--group-ms x]\n");
       return 2;
     }
   }
@@ -1470,7 +1478,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> sk;
     for (const std::string& k : kernels)
       if (!want_kernels.empty() || k == "cuda_sm80_tc") sk.push_back(k);
-    failures += run_serving(h, stream, sk, group_ms, splits_override);
+    failures += run_serving(h, stream, sk, group_ms, splits_override, head_major_pages);
   }
   if (bias) {
     std::vector<std::string> bk;
