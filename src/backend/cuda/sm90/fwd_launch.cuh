@@ -78,6 +78,7 @@ fmha_status launch_fwd_kernel(const FwdParams& params, const LaunchArgs& a) {
   if (s == FMHA_SUCCESS) s = operand_map(p, p.o, q_dims, 64, &maps.o);
   if (s != FMHA_SUCCESS) return s;
   maps.bias_rows = kOps == ScoreOps::kAll ? bias_map(p, &maps.bias) : 0;
+  maps.bias_ahead = bias_prefetch_tiles();
   const auto kernel = fwd_kernel<T, Cfg, kOps, kServing>;
   // The score-transform kernel's bias ring lies past the rest (tile_config.h).
   constexpr int kSmem = kOps == ScoreOps::kAll ? Cfg::kSmemBytesBias : Cfg::kSmemBytes;
