@@ -12,7 +12,7 @@ transpose flags for 8-bit types) are MmaSsK32<T, N> (A and B of type T) and
 MmaRsK32<TA, TB, N> (A from registers: Q, or P, which is always e4m3), for
 FP8_NS."""
 
-NS = [8, 16, 32, 64, 96, 128, 176, 192, 256]
+NS = [8, 16, 32, 64, 80, 96, 128, 176, 192, 256]
 TYPES = [("__half", "f16"), ("__nv_bfloat16", "bf16")]
 FP8_NS = [128, 136, 192]
 FP8_TYPES = [("__nv_fp8_e4m3", "e4m3"), ("__nv_fp8_e5m2", "e5m2")]

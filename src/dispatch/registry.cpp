@@ -33,7 +33,7 @@ static_assert(FMHA_SM80_HEAD_DIM_COUNT <= sizeof(HeadDims::only) / sizeof(int),
 // The kernel table. Lower rank runs first when several entries support a
 // problem. Columns: name, summary, device, sm range, dtypes, head dims
 // {max, multiple, only}, features, alignment, rank, supports, workspace, run,
-// declines, the lowest sm for FP8 K/V problems.
+// declines, the lowest sm for FP8 K/V problems, describe.
 const KernelEntry kKernels[] = {
 #if FMHA_WITH_CUDA
     {"cuda_sm90_ws",
@@ -54,7 +54,8 @@ const KernelEntry kKernels[] = {
      "from the lowest of the build's FP8 K/V architectures (sm_89 and newer) up; cuda_generic runs it below",
      FMHA_DEVICE_CUDA, 80, 999, kSm80Dtypes, HeadDims{0, 1, {FMHA_SM80_HEAD_DIM_LIST}},
      kFeatureServing | kFeatureMixedDtypes | kFeatureDescale | kFeatureBias | kFeatureAlibi, 16, 10,
-     cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward, nullptr, FMHA_SM80_FP8KV_SM_MIN},
+     cuda::sm80_supports, cuda::sm80_workspace_bytes, cuda::sm80_forward, nullptr, FMHA_SM80_FP8KV_SM_MIN,
+     cuda::sm80_describe},
     {"cuda_generic",
      "general CUDA fallback: any head_dim <= 256, any strides, F32 too, every serving layout; FP8 inputs, "
      "descales, mixed dtypes, bias and ALiBi",
@@ -154,6 +155,13 @@ const char* misaligned(const char* name, const Operand& op, int64_t elem, int al
   return nullptr;
 }
 
+// explain's "plan:" line of the chosen entry (its describe hook).
+void describe_plan(const KernelEntry& e, const Problem& p, const DeviceInfo& dev, std::string* explain) {
+  char buf[320];
+  if (e.describe != nullptr && e.describe(p, dev, buf, sizeof buf) != nullptr)
+    *explain += std::string("plan: ") + buf + "\n";
+}
+
 }  // namespace
 
 int kernel_count() { return kKernelCount; }
@@ -229,6 +237,7 @@ fmha_status select_kernel(const Problem& p, const DeviceInfo& dev, const KernelE
       return fail(FMHA_ERROR_UNSUPPORTED, "kernel=\"%s\" cannot run this problem: %s", e->name, reason);
     }
     if (explain) *explain += std::string("chosen: ") + e->name + " (forced by params.kernel)\n";
+    if (explain) describe_plan(*e, p, dev, explain);
     *out = e;
     return FMHA_SUCCESS;
   }
@@ -251,6 +260,7 @@ fmha_status select_kernel(const Problem& p, const DeviceInfo& dev, const KernelE
       continue;
     }
     if (explain) *explain += std::string("chosen: ") + e.name + " (" + e.summary + ")\n";
+    if (explain) describe_plan(e, p, dev, explain);
     *out = &e;
     return FMHA_SUCCESS;
   }

@@ -79,6 +79,10 @@ struct KernelEntry {
   // CUDA: problems with an FP8 K/V cache (k/v F8E4M3 or F8E5M2) need a
   // compute capability * 10 of at least this (0: sm_min, as every other).
   int fp8_kv_sm_min = 0;
+  // explain() only: how the chosen entry would run `p` (its tile, grid,
+  // splits), written into buf (len bytes, NUL-terminated); returns buf, or
+  // null when it has nothing to say. May be null.
+  const char* (*describe)(const Problem&, const DeviceInfo&, char* buf, size_t len) = nullptr;
 };
 
 int kernel_count();

@@ -277,6 +277,39 @@ TEST_CASE("descales on cuda_sm90_ws (folded into the score factor, v_descale on 
   run_group("descales", cases, {0, 1, 3}, major == 9 ? kSm90 : nullptr);
 }
 
+// cuda_sm90_ws's D=128 score-ops kernel multiplies Q by the score factor
+// (scale x q_descale x k_descale, sign included) in registers where the
+// factor lies in [2^-8, 1], and the bias and ALiBi terms then start Q K^T's
+// accumulator as they are; outside that range (an explicit scale of 3, a
+// scale of 1e-3) it adds the terms after Q K^T as s x factor + terms. Both
+// sides, with a staged F16 / BF16 bias, a loaded F32 bias, ALiBi alone,
+// positive and negative descales, masks, and softcap (never pre-scaled).
+TEST_CASE("cuda_sm90_ws score factor in and out of Q's range: bias and ALiBi before or after Q K^T") {
+  constexpr BiasSpec kSpecs[] = {
+      {BiasPattern::kMask, F16}, {BiasPattern::kKeyPadding, F32}, {BiasPattern::kFull, BF16},
+      {BiasPattern::kNone, F16},  // ALiBi alone
+  };
+  std::vector<ServingCase> cases;
+  int n = 0;
+  for (float scale : {0.f, 3.f, 1e-3f})
+    for (const BiasSpec& b : kSpecs) {
+      ServingCase c = make(n % 2 ? BF16 : F16, 4, 2, 128, {200, 200}, {264, 264});
+      c.scale = scale;
+      set_mask(&c, kMasks[n % 5]);
+      c.bias = b.pattern;
+      c.bias_dtype = b.dtype;
+      c.alibi = b.pattern == BiasPattern::kNone || n % 2 ? 1 + n % 2 : 0;
+      c.q_descale = n % 3 == 1;
+      c.k_descale = n % 3 != 2;
+      c.negative_k_descale = n % 2 == 0;
+      ++n;
+      cases.push_back(c);
+    }
+  int major = 0;
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+  run_group("score factor", cases, {0, 1}, major == 9 ? kSm90 : nullptr);
+}
+
 // cuda_sm90_ws stages a 16-bit bias through the copy engine when it can
 // address it (keys contiguous, base and strides 16-byte aligned; a bias
 // broadcast over queries as one shared row), cuda_sm80_tc per warp with

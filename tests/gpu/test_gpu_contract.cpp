@@ -171,6 +171,54 @@ TEST_CASE("two runs are bitwise equal") {
   }
 }
 
+TEST_CASE("cuda_sm90_ws: persistent CTAs over several work tiles each, every head dim, partial key tiles") {
+  // More work tiles than the H200 has SMs (132), so each persistent CTA takes
+  // two or more in turn: what runs across work tiles (the work tile the
+  // producer publishes to the consumers, the turn ring, the K/V ring, the L2
+  // bands of GQA groups) is exercised; key counts that leave a partial last
+  // key tile for every tile width (80 at D=256, 128). Forced cuda_sm90_ws,
+  // one split and the automatic split count; a build or device without it
+  // declines.
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  CudaMemory mem;
+  struct Shape {
+    fmha_dtype dtype;
+    int64_t heads_q, heads_kv, seq_q, seq_k, head_dim;
+    uint32_t mask;
+  };
+  const Shape shapes[] = {
+      {FMHA_DTYPE_F16, 72, 18, 300, 300, 128, FMHA_MASK_CAUSAL},  // 216 tiles of 128 rows
+      {FMHA_DTYPE_BF16, 72, 18, 300, 333, 128, FMHA_MASK_NONE},
+      {FMHA_DTYPE_F16, 48, 12, 260, 260, 256, FMHA_MASK_CAUSAL},  // 144 tiles
+      {FMHA_DTYPE_F16, 48, 48, 260, 301, 256, FMHA_MASK_NONE},
+      {FMHA_DTYPE_F16, 64, 16, 390, 390, 64, FMHA_MASK_CAUSAL},  // 192 tiles of 192 rows
+  };
+  int ran = 0;
+  for (const Shape& sh : shapes) {
+    fmha_test::AttentionCase c;
+    c.dtype = sh.dtype;
+    c.heads_q = sh.heads_q;
+    c.heads_kv = sh.heads_kv;
+    c.seq_q = sh.seq_q;
+    c.seq_k = sh.seq_k;
+    c.head_dim = sh.head_dim;
+    c.mask_flags = sh.mask;
+    const fmha_test::PreparedCase pc(c);
+    for (int32_t splits : {0, 1}) {
+      fmha_test::RunOptions opt;
+      opt.kernel = "cuda_sm90_ws";
+      opt.num_splits = splits;
+      const fmha_test::CaseResult r = pc.run(h.get(), mem, opt);
+      if (r.unsupported()) continue;
+      INFO("num_splits=" << splits);
+      CHECK_MESSAGE(r.ok(), r.report());
+      ++ran;
+    }
+  }
+  MESSAGE("cuda_sm90_ws ran " << ran << " of 10");
+}
+
 TEST_CASE("the handle's stream is used, and fmha_forward captures into a CUDA graph") {
   // The forward is captured (global mode) on a non-blocking stream given to
   // fmha_set_stream: work on any other stream would fail the capture. The

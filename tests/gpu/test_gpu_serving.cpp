@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -200,7 +201,10 @@ TEST_CASE("serving: paged K/V, page sizes 1, 16, 64, 256, shuffled pages, both s
   for (int64_t ps : {1, 16, 64, 256})
     for (fmha_dtype dt : kHalf)
       for (const MaskSpec& m : {kMasks[0], kMasks[1], kMasks[2], kMasks[3]}) {
-        ServingCase c = base(dt, 8, 2, (n % 3 == 2) ? 64 : 128);
+        // Head dims 64, 128 and 256 (cuda_sm90_ws's serving kernel keeps
+        // 64-key tiles at D=256, which every page size here tiles or is
+        // tiled by, page size 1 aside).
+        ServingCase c = base(dt, 8, 2, (n % 3 == 2) ? 64 : (n % 4 == 1) ? 256 : 128);
         c.kv_layout = KvLayout::kPaged;
         c.page_size = ps;
         c.storage = (n % 2) ? PageStorage::kTokenMajor : PageStorage::kHeadMajor;
@@ -316,6 +320,29 @@ TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than it
   }
 }
 
+TEST_CASE("serving: decode of one long sequence over 65-128 key splits, paged and dense") {
+  // cuda_sm80_tc's 16-bit decode tiles split up to kCombineMaxSplits (128)
+  // times: one sequence of GQA 32/8 takes 66 automatic splits on the
+  // H200's NarrowPaged and NarrowStream (8 units, 528 slots); forced 100
+  // and 128 (the others cap at 64). Partials of that many splits through
+  // the shared combine, against the reference.
+  std::vector<ServingCase> cases;
+  for (int n = 0; n < 2; ++n) {
+    ServingCase c = base(n ? FMHA_DTYPE_F16 : FMHA_DTYPE_BF16, 32, 8, 128);
+    if (n == 0) {
+      shuffled_pages(&c, 16, 1);  // token-major
+    } else {
+      c.kv_layout = KvLayout::kDense;
+    }
+    c.len_k = {16384 - 5 * n};
+    c.len_q = {1};
+    c.q_layout = QLayout::kDense;
+    c.mask_flags = FMHA_MASK_NONE;
+    cases.push_back(c);
+  }
+  run_group("decode over 65-128 splits", cases, {0, 100, 128});
+}
+
 // The case of the paged decode pipeline group that did not return within
 // 20 s on the H200 (issue9-paged2's checkpoint, main's cuda_sm90_ws of
 // ce188cf, forced; 27 assertions in): softcap 10 over token-major pages
@@ -409,4 +436,88 @@ TEST_CASE("serving: explain names why cuda_sm90_ws is passed over for a paged de
   REQUIRE(workspace.ok());
   CHECK_MESSAGE(fmha_forward(h.get(), &p, workspace.get(), ws) == FMHA_SUCCESS, fmha_last_error_message());
   CHECK(cudaDeviceSynchronize() == cudaSuccess);
+}
+
+// cuda_sm80_tc's plain paged decode picks its tile per shape (sm80_forward.cu:
+// paged_tile_choice): NarrowPagedMany (D=128: 16 keys, 7 CTAs per SM) when
+// the grid keeps more CTAs per SM busy on it, NarrowPaged (32 keys, 4 CTAs)
+// otherwise (or when it would need more than 64 splits); explain's plan
+// line names it and the split count (up to 128 for the 16-bit decode tiles). Explain only (nothing runs), so
+// the pages need not exist: the tensors claim the pages of 16 sequences of
+// 8192 keys (or one of 131072) over a small buffer. The runs of both tiles
+// are the pipeline and decode groups above (their split counts reach both).
+TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per shape") {
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  cudaDeviceProp prop{};
+  REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+  const int64_t D = 128, Hq = 32, Hk = 8, ps = 16;
+  fmha_gpu_test::CudaBuffer buf(1 << 20), out(1 << 20);  // inputs, o (which may not overlap them)
+  REQUIRE((buf.ok() && out.ok()));
+  auto plan_of = [&](int64_t B, int64_t nk, int32_t splits, float softcap) {
+    const int64_t pages = B * nk / ps;
+    fmha_forward_params p;
+    fmha_forward_params_init(&p);
+    auto tensor = [&](int64_t d0, int64_t d1, int64_t d2, void* data) {
+      fmha_tensor t{};
+      t.data = data;
+      t.dtype = FMHA_DTYPE_BF16;
+      const int64_t dims[4] = {d0, d1, d2, D};
+      const int64_t strides[4] = {d1 * d2 * D, d2 * D, D, 1};
+      for (int i = 0; i < 4; ++i) {
+        t.dims[i] = dims[i];
+        t.strides[i] = strides[i];
+      }
+      return t;
+    };
+    p.q = tensor(B, Hq, 1, buf.get());
+    p.o = tensor(B, Hq, 1, out.get());
+    p.k = tensor(pages, Hk, ps, buf.get());
+    p.v = tensor(pages, Hk, ps, buf.get());
+    p.seqused_k = static_cast<const int32_t*>(buf.get());
+    p.block_table = static_cast<const int32_t*>(buf.get());
+    p.block_table_stride = nk / ps;
+    p.num_splits = splits;
+    p.softcap = softcap;
+    p.kernel = "cuda_sm80_tc";
+    char text[2048];
+    const fmha_status st = fmha_forward_explain(h.get(), &p, text, sizeof text);
+    INFO(std::string(fmha_last_error_message()));
+    REQUIRE(st == FMHA_SUCCESS);
+    return std::string(text);
+  };
+  const std::string b16 = plan_of(16, 8192, 0, 0.f);
+  INFO(b16);
+  if (b16.find("chosen: cuda_sm80_tc") == std::string::npos) {
+    MESSAGE("cuda_sm80_tc does not run BF16 D=128 in this build: explain's plan not checked");
+    return;
+  }
+  CHECK(b16.find("plan: decode tile ") != std::string::npos);
+  if (std::getenv("FMHA_SM80_PAGED_TILE") != nullptr) {
+    MESSAGE("FMHA_SM80_PAGED_TILE names the tile (experiments build): the choice is not checked");
+    return;
+  }
+  // The choice depends on the SM count; these hold from 104 to 160 SMs
+  // (A100 108, H100 / H200 132).
+  if (prop.multiProcessorCount < 104 || prop.multiProcessorCount > 160) {
+    MESSAGE("device of " << prop.multiProcessorCount << " SMs: the tile choice is not checked");
+    return;
+  }
+  // 128 units: 7 CTAs per SM on NarrowPagedMany against 4.
+  CHECK(b16.find("plan: decode tile NarrowPagedMany: 16 rows x 16 keys, 3 stages, 7 CTAs per SM") !=
+        std::string::npos);
+  // 8 units would need more than 64 splits to fill the 7-CTA tile (115 on
+  // the H200): the 4-CTA tile, 66 splits (the 16-bit decode tiles split up
+  // to 128 times).
+  const std::string b1 = plan_of(1, 131072, 0, 0.f);
+  INFO(b1);
+  CHECK(b1.find("plan: decode tile NarrowPaged: 16 rows x 32 keys, 3 stages, 4 CTAs per SM") != std::string::npos);
+  if (prop.multiProcessorCount == 132) CHECK(b1.find(" 66 key splits, 528 CTAs on 132 SMs") != std::string::npos);
+  // One or three splits of 128 units fill neither: the larger key tile.
+  const std::string one = plan_of(16, 8192, 1, 0.f);
+  INFO(one);
+  CHECK(one.find("plan: decode tile NarrowPaged: 16 rows x 32 keys, 3 stages, 4 CTAs per SM") != std::string::npos);
+  CHECK(plan_of(16, 8192, 3, 0.f).find("plan: decode tile NarrowPaged: ") != std::string::npos);
+  // The softcap kernel has the one paged tile.
+  CHECK(plan_of(16, 8192, 0, 30.f).find("plan: decode tile NarrowPaged: ") != std::string::npos);
 }

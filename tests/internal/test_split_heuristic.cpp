@@ -87,4 +87,31 @@ TEST_CASE("choose_splits: per-sequence key counts get at least four waves") {
   CHECK(choose_splits(4000, kSlotsPerSm, 64, kSms, 0, shape(true, true)) == 1);
 }
 
+TEST_CASE("choose_splits: a cap above kMaxFwdSplits lets a few units fill a tile of many CTAs per SM") {
+  // cuda_sm80_tc's NarrowPagedMany (16 keys, 7 CTAs per SM: 924 slots), B=1
+  // Nk=131072 paged: 8 units, 8192 key tiles. Capped at 64, one wave
+  // cannot be filled, and the fewest splits near the best efficiency are 55
+  // (440 CTAs).
+  SplitShape sh = shape(true, true);
+  CHECK(choose_splits(8, 7, 8192, kSms, 0, sh) == 55);
+  sh.max_splits = fmha::cuda::kCombineMaxSplits;
+  const int s = choose_splits(8, 7, 8192, kSms, 0, sh);
+  CHECK(s == 115);  // 920 of 924 slots
+  // Requested counts take the same cap; it never passes what the combine merges.
+  CHECK(choose_splits(8, 7, 8192, kSms, 1000, sh) == fmha::cuda::kCombineMaxSplits);
+  sh.max_splits = 100000;
+  CHECK(choose_splits(8, 7, 8192, kSms, 1000, sh) == fmha::cuda::kCombineMaxSplits);
+}
+
+TEST_CASE("choose_splits: per-sequence key counts from half a wave unsplit") {
+  // The mixed B=64 batch (512 units, 256 key tiles of 16) on the 7-CTA
+  // tile: 0.55 of a wave unsplit. Four waves: 8 splits (the one-wave rules
+  // took 5, 2.8 waves).
+  const int s = choose_splits(512, 7, 256, kSms, 0, shape(true, true));
+  CHECK(s == 8);
+  CHECK(choose_splits(512, 7, 256, kSms, 0, shape(true, false)) == 5);
+  // Under half a wave (B=16 paged, 128 units): the one-wave rule.
+  CHECK(choose_splits(128, 7, 512, kSms, 0, shape(true, true)) == 7);
+}
+
 #endif  // FMHA_WITH_CUDA

@@ -12,15 +12,18 @@
 // copies when one set would sit in L2. The compact table comes last.
 //
 //   bench_cuda [--suite a,b,...] [--kernels k1,k2] [--n 2048,8192] [--d 128]
-//              [--splits n] [--case 'a|b'] [--no-check] [--check-all] [--group-ms x]
+//              [--splits n] [--head-major-pages] [--case 'a|b'] [--no-check] [--check-all]
+//              [--group-ms x]
 // suites: check (correctness matrix, pass/fail), seed (causal FP16 D=128,
-// N=512..32768), bf16, noncausal, d64, dims (causal FP16 D=32, 96, 256),
+// N=512..32768), bf16, noncausal, d64, d256 (causal FP16 D=256, with
+// peers), dims (causal FP16 D=32, 96, 256),
 // gqa (chunked prefill, and a batched B=8 prefill), decode, large (tensors
 // past 2^31 elements, B*H past 65535), serving (issue 9: BF16 GQA decode over contiguous, seqused_k and
 // paged KV caches in TB/s against the device copy bandwidth, and a ragged
 // causal prefill against a dense batch, in TFLOP/s; cuda_sm80_tc unless
 // --kernels names others; with --splits n only the decode cases, each at
-// num_splits n), bias (issue 14: the cost of an additive bias
+// num_splits n; --head-major-pages: paged decode over [pages, Hk, page_size,
+// D] pages instead of token-major ones), bias (issue 14: the cost of an additive bias
 // [1, 1, N, N] F16 and of ALiBi [H] slopes over none, FP16 B=1 H=32 D=128
 // unless --d, causal and not, N=8192 unless --n; the three variants interleaved in
 // rounds, each kernel that runs them; softcap 30 rides along), fp8kv
@@ -625,6 +628,9 @@ std::vector<Case> perf_cases(const std::string& suite, const std::vector<int64_t
   if (suite == "bf16") seq("bf16", H, 128, FMHA_MASK_CAUSAL, {{2048, 0.1700, 0.0847}, {8192, 1.7355, 1.0198}});
   if (suite == "noncausal") seq("noncausal", F, 128, FMHA_MASK_NONE, {{2048, 0.2040, 0.1151}, {8192, 3.2795, 1.8840}});
   if (suite == "d64") seq("d64", F, 64, FMHA_MASK_CAUSAL, {{2048, 0.0978, 0.0582}, {8192, 0.9995, 0.6518}});
+  // Peers from compare_torch.py on the H200 (torch 2.11, cuDNN 9.19; the
+  // start of session 2026-12-01, docs/performance.md).
+  if (suite == "d256") seq("d256", F, 256, FMHA_MASK_CAUSAL, {{2048, 0.287, 0.157}, {8192, 3.732, 1.879}});
   if (suite == "dims") {  // no peer numbers for these head dims
     for (int64_t D : {32, 96, 256}) {
       std::vector<Peer> none = {{2048, 0, 0}, {8192, 0, 0}};
@@ -856,8 +862,11 @@ double time_serving(fmha_handle h, cudaStream_t stream, ServingProblem& sp, cons
 
 // splits >= 0 (--splits): the decode cases only, each with that num_splits
 // (0 = automatic, 1 = none); the prefill cases are left out.
+// head_major_pages (--head-major-pages): the paged decode cases store pages
+// [pages, Hk, page_size, D] (a KV head's page_size rows contiguous) instead
+// of vLLM's token-major [pages, page_size, Hk, D].
 int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::string>& kernels, double group_ms,
-                int splits) {
+                int splits, bool head_major_pages) {
   const double copy = copy_bandwidth(stream);
   std::printf("\nserving suite: device copy bandwidth %.2f TB/s (read + write of a 1 GiB cudaMemcpyAsync)\n", copy);
   std::vector<ServingRow> rows;
@@ -876,12 +885,14 @@ int run_serving(fmha_handle h, cudaStream_t stream, const std::vector<std::strin
         sp.len_k = lens;
         sp.page_size = ps;
         sp.pages_in_order = variant < 0;
+        sp.pages_head_major = head_major_pages;
         sp.seqused = mixed;
         sp.cap = *std::max_element(lens.begin(), lens.end());
         sp.build();
         if (splits >= 0) sp.p.num_splits = splits;
         ServingRow r;
-        r.what = std::string(name) + (ps ? " paged ps=" + std::to_string(ps) + (variant < 0 ? " in order" : " shuffled")
+        r.what = std::string(name) + (ps ? " paged ps=" + std::to_string(ps) + (variant < 0 ? " in order" : " shuffled") +
+                                               (head_major_pages ? " head-major" : "")
                                          : mixed ? " seqused_k" : " contiguous");
         if (splits >= 0) r.what += " splits=" + std::to_string(splits);
         r.kernel = kn;
@@ -1322,6 +1333,7 @@ int main(int argc, char** argv) {
   int64_t bias_d = 128;  // --d: the bias and fp8kv suites' head dim
   std::string only_case;  // --case: the fp8kv decode rows whose label contains one of its '|' parts
   int splits_override = -1;
+  bool head_major_pages = false;  // serving: paged decode pages [pages, Hk, page_size, D]
   bool no_check = false, check_all = false;
   double group_ms = 20;
   for (int i = 1; i < argc; ++i) {
@@ -1335,11 +1347,12 @@ int main(int argc, char** argv) {
     };
     if (a == "--suite") {
       suites = split_list(next());
-      if (suites.size() == 1 && suites[0] == "all") suites = {"seed", "bf16", "noncausal", "d64", "dims", "gqa", "decode"};
+      if (suites.size() == 1 && suites[0] == "all") suites = {"seed", "bf16", "noncausal", "d64", "d256", "dims", "gqa", "decode"};
     } else if (a == "--kernels") want_kernels = split_list(next());
     else if (a == "--n") {
       for (const std::string& s : split_list(next())) ns.push_back(std::atoll(s.c_str()));
     } else if (a == "--splits") splits_override = std::atoi(next());
+    else if (a == "--head-major-pages") head_major_pages = true;
     else if (a == "--d") bias_d = std::atoll(next());
     else if (a == "--case") only_case = next();
     else if (a == "--no-check") no_check = true;
@@ -1347,9 +1360,9 @@ int main(int argc, char** argv) {
     else if (a == "--group-ms") group_ms = std::atof(next());
     else {
       std::fprintf(stderr,
-                   "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,dims,gqa,decode,large,serving,bias,fp8kv,fp8|all] "
-                   "[--kernels a,b] [--n 2048,8192] [--d 128] [--splits n] [--case 'a|b'] [--no-check] [--check-all] "
-                   "[--group-ms x]\n");
+                   "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,d256,dims,gqa,decode,large,serving,bias,fp8kv,fp8|all] "
+                   "[--kernels a,b] [--n 2048,8192] [--d 128] [--splits n] [--head-major-pages] [--case 'a|b'] "
+                   "[--no-check] [--check-all] [--group-ms x]\n");
       return 2;
     }
   }
@@ -1498,7 +1511,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> sk;
     for (const std::string& k : kernels)
       if (!want_kernels.empty() || k == "cuda_sm80_tc") sk.push_back(k);
-    failures += run_serving(h, stream, sk, group_ms, splits_override);
+    failures += run_serving(h, stream, sk, group_ms, splits_override, head_major_pages);
   }
   if (bias) {
     std::vector<std::string> bk;

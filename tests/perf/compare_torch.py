@@ -223,7 +223,12 @@ def shape_groups():
                  for n in (2048, 8192)]
     g["gqa"] = [dict(B=8, Hq=32, Hk=8, Nq=2048, Nk=2048, D=128, causal=True, dtype=torch.bfloat16)]
     g["prefill"] = [dict(B=1, Hq=32, Hk=8, Nq=512, Nk=16384, D=128, causal=True, dtype=torch.bfloat16)]
-    g["decode"] = [dict(B=1, Hq=32, Hk=8, Nq=1, Nk=32768, D=128, causal=False, dtype=torch.float16)]
+    # Decode: issue 9's dense shapes (BF16 GQA 32/8 D=128, one query row;
+    # docs/performance.md, "Paged decode, a tile per shape") after the F16
+    # one; K+V bandwidth is printed under the table.
+    g["decode"] = [dict(B=1, Hq=32, Hk=8, Nq=1, Nk=32768, D=128, causal=False, dtype=torch.float16),
+                   dict(B=1, Hq=32, Hk=8, Nq=1, Nk=131072, D=128, causal=False, dtype=torch.bfloat16),
+                   dict(B=16, Hq=32, Hk=8, Nq=1, Nk=8192, D=128, causal=False, dtype=torch.bfloat16)]
     return g
 
 
@@ -277,6 +282,18 @@ def run_shape(fm, s, kernels, forced_max_n, results):
                 row[name + "_ms"] = bench(sdpa)
         except Exception as ex:  # backend does not take this shape
             row[name + "_error"] = type(ex).__name__ + ": " + str(ex).splitlines()[0][:100]
+    if gqa and "cudnn_error" in row and not s["causal"]:
+        # cuDNN declined enable_gqa: time it on K/V expanded to Hq heads, which
+        # reads group-size times the bytes; reported apart, not as "vs cudnn".
+        try:
+            group = s["Hq"] // s["Hk"]
+            ke, ve = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                F.scaled_dot_product_attention(q, ke, ve)
+                row["cudnn_expanded_kv_ms"] = bench(lambda: F.scaled_dot_product_attention(q, ke, ve))
+            del ke, ve
+        except Exception as ex:
+            row["cudnn_expanded_kv_error"] = type(ex).__name__ + ": " + str(ex).splitlines()[0][:100]
     ref_name = "flash" if "flash" in outs else ("cudnn" if "cudnn" in outs else None)
     ref = outs.get(ref_name)
 
@@ -302,9 +319,12 @@ def run_shape(fm, s, kernels, forced_max_n, results):
             row[vname + "_rel_l2_vs_" + ref_name] = rel_l2(o, ref)
         row[vname + "_nan"] = bool(torch.isnan(o).any().item())
         row[vname + "_ms"] = bench(fn)
+    kv_bytes = 2.0 * s["B"] * s["Hk"] * s["Nk"] * s["D"] * q.element_size()
     for key in list(row):
         if key.endswith("_ms"):
             row[key.replace("_ms", "_tflops")] = flops / (row[key] * 1e-3) / 1e12
+            if s["Nq"] == 1:  # decode: bound by the K/V bytes
+                row[key.replace("_ms", "_kv_tbps")] = kv_bytes / (row[key] * 1e-3) / 1e12
     results.append(row)
     del q, k, v, o, outs
     torch.cuda.empty_cache()
@@ -336,6 +356,10 @@ def print_table(rows, kernels):
         line += f" {err[0]:9.2e}" if err else f" {'-':>9}"
         print(line)
     print()
+    for r in rows:
+        bw = [f"{k[:-8]} {v:.2f}" for k, v in r.items() if k.endswith("_kv_tbps")]
+        if bw:
+            print(f"  {r['shape']}: K+V TB/s: " + ", ".join(bw))
     for r in rows:
         for k, v in r.items():
             if k.endswith("_error") or k.endswith("_skipped"):

@@ -20,7 +20,7 @@
 #      the decode cases at forced split counts (--splits N): 3, 4, 42, 8,
 #      64, as long as the script is under 4 minutes (the L2 prefetch build
 #      it also timed is gone: the prefetch lost and was removed in
-#      issue9-paged2; tools/device/paged2.sh is the newer script)
+#      issue9-paged2; tools/device/paged3.sh is the newer script)
 #
 # What it should show: every step rc=0, "0 failed" in the doctest totals,
 # memcheck "ERROR SUMMARY: 0 errors"; in the serving table, paged /

@@ -1,4 +1,9 @@
 #!/usr/bin/env bash
+# A checkpoint record (tools/device/README.md): since issue9-paged3 the
+# experiments build has only the candidates 32.4.3 and 16.7.3; the others
+# named below fall back to the default tile. tools/device/paged3.sh is the
+# newer script.
+#
 # Issue 9: paged K/V decode at parity with contiguous on cuda_sm80_tc
 # (branch issue9-paged2), from the repository root on the H200 (logs under
 # $OUT, else ./paged2-out). STAGE=build: configure and build only; STAGE=run:

@@ -14,6 +14,9 @@ namespace fmha::cuda {
 // cp.async multi-stage K/V pipeline (backend/cuda/sm80/).
 const char* sm80_supports(const Problem& p, const DeviceInfo& dev);
 size_t sm80_workspace_bytes(const Problem& p, const DeviceInfo& dev);
+// explain's line on the plan: the tile (its tuning entry's name), units,
+// key splits, CTAs.
+const char* sm80_describe(const Problem& p, const DeviceInfo& dev, char* buf, size_t len);
 fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx);
 
 // Hopper family for compute capability 9.0 exactly (sm_90a machine code):

@@ -29,6 +29,13 @@ constexpr int64_t kMinKeyTilesToSplit = 16;
 // 0.160 ms at 3 splits against 0.177-0.217 at 4-16; docs/performance.md,
 // "Paged and mixed decode").
 constexpr double kUnevenMinWaves = 4.0;
+// ... for grids of at least this share of a wave unsplit. The mixed batch on
+// cuda_sm80_tc's 7-CTA paged tile (512 units, 924 slots: 0.55 of a wave)
+// took the one-wave rules' 5 splits (2.8 waves), not 8; paged runs of
+// uneven sequences gained from shorter CTAs before (32.3.4: 0.792 of
+// contiguous at 4 splits, 0.834 at 8; docs/performance.md, "Paged decode
+// with more tiles in flight"). B=16 paged (128 units) stays below it.
+constexpr double kUnevenMinFill = 0.5;
 
 }  // namespace
 
@@ -43,23 +50,26 @@ FwdGrid fwd_grid(const Problem& p, int64_t pack, int64_t block_m) {
 
 int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_sms, int requested,
                   SplitShape shape) {
+  const int64_t max_splits = std::clamp(shape.max_splits, 1, kCombineMaxSplits);
   if (requested == 1) return 1;
-  if (requested > 1) return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({requested, kMaxFwdSplits, key_tiles})));
+  if (requested > 1) return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({requested, max_splits, key_tiles})));
   const double slots = static_cast<double>(std::max(num_sms, 1)) * std::max(slots_per_sm, 1);
   if (key_tiles < kMinKeyTilesToSplit || blocks <= 0) return 1;
-  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(kMaxFwdSplits, key_tiles / 2));
+  const int64_t cap = std::max<int64_t>(1, std::min<int64_t>(max_splits, key_tiles / 2));
   auto waves = [&](int64_t s) { return static_cast<double>(blocks * s) / slots; };
   auto efficiency = [&](int64_t s) { return waves(s) / std::ceil(waves(s)); };
   // The fewest splits in [lo, cap] whose efficiency is within kSplitSlack
-  // of the best there, or 0 when lo > cap.
+  // of the best there, or 0 when lo > cap. (Each efficiency once: the plan
+  // runs this on every forward, for up to kCombineMaxSplits counts.)
   auto fewest_near_best = [&](int64_t lo) {
+    double eff[kCombineMaxSplits + 1];
     double best = 0;
-    for (int64_t s = lo; s <= cap; ++s) best = std::max(best, efficiency(s));
+    for (int64_t s = lo; s <= cap; ++s) best = std::max(best, eff[s] = efficiency(s));
     for (int64_t s = lo; s <= cap; ++s)
-      if (efficiency(s) >= kSplitSlack * best) return static_cast<int>(s);
+      if (eff[s] >= kSplitSlack * best) return static_cast<int>(s);
     return 0;
   };
-  if (shape.uneven_keys && static_cast<double>(blocks) >= kFillThreshold * slots) {
+  if (shape.uneven_keys && static_cast<double>(blocks) >= kUnevenMinFill * slots) {
     int64_t lo = 1;
     while (lo <= cap && waves(lo) < kUnevenMinWaves) ++lo;
     if (const int s = fewest_near_best(lo)) return s;

@@ -222,7 +222,7 @@ FwdGrid fwd_grid(const Problem& p, int64_t pack, int64_t block_m);
 
 // The split count, one heuristic for every family. `requested` is the
 // Problem's num_splits: 1 = never split; > 1 = that many, capped by
-// kMaxFwdSplits and `key_tiles`; 0 = automatic, as FlashAttention-2 decides:
+// kMaxFwdSplits (SplitShape::max_splits) and `key_tiles`; 0 = automatic, as FlashAttention-2 decides:
 // no split when the unsplit grid of `blocks` CTAs fills most of the
 // `num_sms * slots_per_sm` resident CTA slots or when the rows see few key
 // tiles, else the fewest splits whose wave efficiency is close to the best.
@@ -235,14 +235,19 @@ FwdGrid fwd_grid(const Problem& p, int64_t pack, int64_t block_m);
 //   slot streaming, no second wave), not the fewest close to the best.
 // - uneven_keys: the sequences' key counts are per sequence and unknown to
 //   the host (seqused_k, ragged or paged K/V), so CTAs of one split count
-//   differ in length and whole waves mean little; a grid that does not fit
-//   one wave unsplit is split into at least kUnevenMinWaves waves (the
+//   differ in length and whole waves mean little; a grid of at least half a
+//   wave unsplit (kUnevenMinFill) is split into at least kUnevenMinWaves waves (the
 //   fewest splits whose wave efficiency is close to the best of those), so
-//   short CTAs fill in behind long ones. Grids that fit one wave, or cannot
-//   reach that many waves, take the rules above.
+//   short CTAs fill in behind long ones. Smaller grids, or grids that
+//   cannot reach that many waves, take the rules above.
+// - max_splits: the cap in place of kMaxFwdSplits (requested and automatic
+//   counts alike; at most kCombineMaxSplits): a decode tile of many small
+//   CTAs per SM needs more splits of a few units to fill its slots
+//   (cuda_sm80_tc's NarrowPagedMany: 924 slots on the H200, 8 units).
 struct SplitShape {
   bool stream_bound = false;
   bool uneven_keys = false;
+  int max_splits = kMaxFwdSplits;
 };
 int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_sms, int requested,
                   SplitShape shape = {});

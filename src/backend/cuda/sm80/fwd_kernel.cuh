@@ -274,6 +274,80 @@ struct TileLoader {
     for (int i = tid; i < count; i += Cfg::kThreads) cp_async_4(ent + 4 * i, src + i);
   }
 
+  // K and V rows [row0, row0 + kRows) of a paged pair (the one-warp decode
+  // tiles): K's copies, then between() (the caller's commit, so K and V
+  // stay groups of their own), then V's. Each run's block-table lookup
+  // (k_offset: an entry read from shared memory, a division, a clamp and
+  // two 64-bit products) is made once for both when K and V have the same
+  // page strides (`shared`), not once each: at one warp per scheduler its
+  // latency is not hidden (H200: page_size 16 on 32-key tiles, two lookups
+  // per operand and tile, ran 2% behind page_size 64, one). run: page_run().
+  template <class KOffset, class VOffset, class Between>
+  __device__ static void load_paged_kv(uint32_t dst_k, uint32_t dst_v, const T* k, const T* v, int64_t k_stride,
+                                       int64_t v_stride, KOffset k_offset, VOffset v_offset, bool shared, int run,
+                                       int row0, int n, int tid, Between&& between) {
+    if (run == kRows)
+      return load_runs_kv<kRows>(dst_k, dst_v, k, v, k_stride, v_stride, k_offset, v_offset, shared, row0, n, tid,
+                                 between);
+    if constexpr (kRows > 64) {
+      if (run == 64)
+        return load_runs_kv<64>(dst_k, dst_v, k, v, k_stride, v_stride, k_offset, v_offset, shared, row0, n, tid,
+                                between);
+    }
+    if constexpr (kRows > 32) {
+      if (run == 32)
+        return load_runs_kv<32>(dst_k, dst_v, k, v, k_stride, v_stride, k_offset, v_offset, shared, row0, n, tid,
+                                between);
+    }
+    if constexpr (kRows > 16) {
+      if (run == 16)
+        return load_runs_kv<16>(dst_k, dst_v, k, v, k_stride, v_stride, k_offset, v_offset, shared, row0, n, tid,
+                                between);
+    }
+    load_rowwise(dst_k, k, k_offset, row0, n, tid);
+    between();
+    load_rowwise(dst_v, v, v_offset, row0, n, tid);
+  }
+
+  template <int kRun, class KOffset, class VOffset, class Between>
+  __device__ static void load_runs_kv(uint32_t dst_k, uint32_t dst_v, const T* k, const T* v, int64_t k_stride,
+                                      int64_t v_stride, KOffset k_offset, VOffset v_offset, bool shared, int row0,
+                                      int n, int tid, Between&& between) {
+    if constexpr (kRowStepped && kRun % kRowsPerPass == 0 && kRun <= kRows) {
+      constexpr int kRuns = kRows / kRun;
+      int64_t off[kRuns];  // each run's first row's offset (0 past n: zero-filled rows)
+#pragma unroll
+      for (int i = 0; i < kRuns; ++i) off[i] = row0 + i * kRun < n ? k_offset(row0 + i * kRun) : 0;
+      issue_runs<kRun>(dst_k, k, k_stride, off, row0, n, tid);
+      between();
+      if (!shared) {
+#pragma unroll
+        for (int i = 0; i < kRuns; ++i) off[i] = row0 + i * kRun < n ? v_offset(row0 + i * kRun) : 0;
+      }
+      issue_runs<kRun>(dst_v, v, v_stride, off, row0, n, tid);
+    } else {
+      load_rowwise(dst_k, k, k_offset, row0, n, tid);  // page_run() never picks such a kRun
+      between();
+      load_rowwise(dst_v, v, v_offset, row0, n, tid);
+    }
+  }
+
+  // The copies of load_runs with the runs' offsets given.
+  template <int kRun>
+  __device__ static void issue_runs(uint32_t smem_tile, const T* base, int64_t stride,
+                                    const int64_t (&off)[kRows / kRun], int row0, int n, int tid) {
+    const int c = tid % kChunks;
+    const int r = tid / kChunks;
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int first = pass * kRowsPerPass;  // this pass's rows are first + [0, kRowsPerPass)
+      const int in_run = first % kRun;        // compile-time
+      const bool in = row0 + first + r < n;
+      const T* g = base + off[first / kRun] + static_cast<int64_t>(in_run + r) * stride + c * 8;
+      cp_async_16(smem_tile + swizzle<Cfg::kPitch>(first + r, c), in ? g : base, in);
+    }
+  }
+
   template <int kRun, class RowOffset>
   __device__ static void load_runs(uint32_t smem_tile, const T* base, int64_t stride, RowOffset row_offset, int row0,
                                    int n, int tid) {
@@ -1281,6 +1355,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     }
   };
 
+  // The one-warp 16-bit paged tiles issue a tile's K and V together
+  // (TileLoader::load_paged_kv): one block-table lookup per run for both
+  // when their page strides agree. stage: the byte offset of the stage in
+  // sK and sV; between: K's group's end (its commit).
+  // (Not the score-ops kernels: ptxas, sm_90, bf16 D=128: paired, the
+  // plain and softcap paged decode kernels spill 60-64 bytes instead of 84,
+  // the score-ops one 120 instead of 56.)
+  constexpr bool kPairedGather = kPaged && !kFp8Kv && !kAllOps && Cfg::kWarps == 1;
+  [[maybe_unused]] const bool same_kv_rows = p.k_stride[0] == p.v_stride[0] && p.k_stride[2] == p.v_stride[2];
+  [[maybe_unused]] auto load_kv = [&](uint32_t stage, int n0, auto&& between) {
+    // (KvT is T in these kernels; the cast only lets the FP8 ones compile the unused lambda.)
+    KVLoader::load_paged_kv(sK + stage, sV + stage, reinterpret_cast<const T*>(k), reinterpret_cast<const T*>(v),
+                            p.k_stride[2], p.v_stride[2], staged_row(n0, p.k_stride[0], p.k_stride[2]),
+                            staged_row(n0, p.v_stride[0], p.v_stride[2]), same_kv_rows, run, n0, w.len_k(p), tid,
+                            between);
+  };
+
   // The bias staged per warp (bias_tile.cuh; kAll kernels, a bias the
   // copy can address, no softcap: its terms start Q K^T's accumulator):
   // B[t+1] goes out once B[t] is read, at the top of tile t, so the groups
@@ -1300,6 +1391,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 
   // Prologue: {Q, K[t_begin]} as one group, V[t_begin] as the next, then
   // K and V of the next S - 2 tiles (kFp8Kv: kRawStages - 2).
+  // The 16-bit paged kernels fetch the entries of t_begin .. t_begin + 2S - 3
+  // first, as a group of their own, and wait for it alone before the first
+  // K/V copies, with Q's copies issued but not yet committed: wait_group
+  // counts committed groups only, so Q's DRAM latency overlaps the table's
+  // (they were one group, waited for together: Q first, then the entries,
+  // then K/V, two latencies in a row per CTA). Q then joins K[t_begin]'s
+  // group as in the other kernels. From there on tile t fetches the entries
+  // of t + 2S - 2.
+  if constexpr (kPaged && !kFp8Kv) {
+#pragma unroll 1
+    for (int i = 0; i < kEntSlots; ++i) {
+      const int n0 = (w.t_begin + i) * Cfg::kBlockN;
+      if (w.t_begin + i < w.t_end) KVLoader::fetch_entries(sQ + ent_slot(n0), p, w.b, n0, w.len_k(p), tid);
+    }
+    cp_async_commit();
+  }
   if (p.pack == 1) {
     QLoader::load(sQ, q + w.hs * p.q_stride[1], p.q_stride[2], w.m0, w.rows(p), tid);
   } else {
@@ -1324,23 +1431,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     }
   } else {
     if constexpr (kPaged) {
-      // The entries of t_begin .. t_begin + 2S - 3 first (one wait for them
-      // and Q together); from there on tile t fetches those of t + 2S - 2.
-#pragma unroll 1
-      for (int i = 0; i < kEntSlots; ++i) {
-        const int n0 = (w.t_begin + i) * Cfg::kBlockN;
-        if (w.t_begin + i < w.t_end) KVLoader::fetch_entries(sQ + ent_slot(n0), p, w.b, n0, w.len_k(p), tid);
-      }
-      cp_async_commit();
-      cp_async_wait<0>();
+      cp_async_wait<0>();  // the entries (and a staged bias's first tile), not Q's uncommitted copies
       __syncthreads();
     }
 #pragma unroll 1
     for (int i = 0; i < kS - 1; ++i) {
       const int t = w.t_begin + i;
-      if (t < w.t_end) load_k(sK + i * Cfg::kSmemKV, t * Cfg::kBlockN);
-      cp_async_commit();
-      if (t < w.t_end) load_v(sV + i * Cfg::kSmemKV, t * Cfg::kBlockN);
+      if constexpr (kPairedGather) {
+        if (t < w.t_end) load_kv(i * Cfg::kSmemKV, t * Cfg::kBlockN, [] { cp_async_commit(); });
+        else cp_async_commit();
+      } else {
+        if (t < w.t_end) load_k(sK + i * Cfg::kSmemKV, t * Cfg::kBlockN);
+        cp_async_commit();
+        if (t < w.t_end) load_v(sV + i * Cfg::kSmemKV, t * Cfg::kBlockN);
+      }
       cp_async_commit();
     }
   }
@@ -1440,15 +1544,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
       const int ahead = t + kS - 1;
       const int n_ahead = ahead * Cfg::kBlockN;
-      if (ahead < w.t_end) load_k(sK + ahead_stage, n_ahead);
       // Paged: the entries of t + 2S - 2 into the slot of t (read when
       // K/V[t] were issued, S - 1 tiles ago), in K[t + S - 1]'s group, so
       // "K[t + S - 1] landed" also means they did.
-      if (kPaged && ahead + kS - 1 < w.t_end)
-        KVLoader::fetch_entries(sQ + ent_slot(n_ahead + (kS - 1) * Cfg::kBlockN), p, w.b,
-                                n_ahead + (kS - 1) * Cfg::kBlockN, w.len_k(p), tid);
-      cp_async_commit();
-      if (ahead < w.t_end) load_v(sV + ahead_stage, n_ahead);
+      auto k_group_end = [&] {
+        if (kPaged && ahead + kS - 1 < w.t_end)
+          KVLoader::fetch_entries(sQ + ent_slot(n_ahead + (kS - 1) * Cfg::kBlockN), p, w.b,
+                                  n_ahead + (kS - 1) * Cfg::kBlockN, w.len_k(p), tid);
+        cp_async_commit();
+      };
+      if constexpr (kPairedGather) {
+        if (ahead < w.t_end) load_kv(ahead_stage, n_ahead, k_group_end);
+        else k_group_end();
+      } else {
+        if (ahead < w.t_end) load_k(sK + ahead_stage, n_ahead);
+        k_group_end();
+        if (ahead < w.t_end) load_v(sV + ahead_stage, n_ahead);
+      }
       cp_async_commit();
     }
     // The tiles of t: the 16-bit stage, or the raw FP8 stage (addresses

@@ -152,6 +152,23 @@ struct SharedKeyCopies : Tile {
 //   SM, not bytes in flight: 32 x 4 stages x 3 CTAs 0.83 / 0.89 at B=1, 16
 //   x 8 x 3 0.63, 64 x 3 x 2 0.47-0.53, 16 x 4 x 6 0.96 at B=16 but 0.69 at
 //   B=1 (64 splits, the cap, fill 512 of 792 slots).
+// NarrowPagedMany: the paged decode tile of more CTAs per SM, which the
+//   plain paged kernel runs instead of NarrowPaged when its grid fills more
+//   of them (sm80_forward.cu: paged_tile_choice; the host plan picks, the
+//   launch follows, explain names it). D=128: 16 keys x 3 stages x 7 CTAs
+//   per SM (29 KB). H200 2026-12-01 (docs/performance.md, "Paged decode,
+//   a tile per shape"), paged / contiguous at page_size 16 / 64: B=16
+//   Nk=8192 0.980 / 0.988 against 0.940-0.946 / 0.958-0.966 on 32 x 3 x 4,
+//   the mixed B=64 batch 0.895 / 0.896 against 0.836 / 0.896; but B=1
+//   Nk=131072 0.68-0.69: 8 units x 55 splits (64 was the cap then) filled
+//   440 of its 924 slots, fewer CTAs per SM than 32 x 3 x 4 had there, on
+//   half-size tiles. In the next run (paged3.sh), with the mixed batch at
+//   8 splits: B=16 0.963-0.965 / 0.971-0.972, mixed 0.968 / 0.968; B=1 at
+//   115 splits (filling it) 0.920-0.926 / 0.926-0.933 against 0.927 / 0.951
+//   on 32 x 3 x 4 at 66, so the plan takes it only within 64 splits.
+//   Contiguous runs gain nothing from it (0.979 / 0.937 of copy at B=16 /
+//   mixed against 0.985 / 0.938, B=1 0.907 against 0.959): NarrowStream
+//   stays one tile.
 // NarrowFp8Kv: the decode tile of an FP8 KV cache (the kFp8Kv
 //   instantiations, units of <= 32 rows). 16 rows with the K/V stages kept
 //   FP8 and converted in registers after each fragment load, three raw
@@ -191,6 +208,7 @@ struct Sm80Tuning<32> {
   using Narrow = TileConfig<32, 16, 128, 1, 3>;
   using NarrowStream = Narrow;
   using NarrowPaged = Narrow;
+  using NarrowPagedMany = NarrowPaged;  // one paged decode tile
   using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3, 2>;
   using WideFp8Kv = Fp8KvTileConfig<32, 64, 128, 4, 2, 3>;
 };
@@ -201,6 +219,7 @@ struct Sm80Tuning<64> {
   using Narrow = TileConfig<64, 16, 128, 1, 3>;
   using NarrowStream = Narrow;
   using NarrowPaged = Narrow;
+  using NarrowPagedMany = NarrowPaged;  // one paged decode tile
   using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3, 2>;
   using WideFp8Kv = Fp8KvTileConfig<64, 64, 128, 4, 2, 3>;
 };
@@ -211,6 +230,7 @@ struct Sm80Tuning<96> {
   using Narrow = TileConfig<96, 16, 64, 1, 3>;
   using NarrowStream = Narrow;
   using NarrowPaged = Narrow;
+  using NarrowPagedMany = NarrowPaged;  // one paged decode tile
   // Unused: no FP8 K/V instantiation at D=96 (Fp8KvTile's swizzle).
   using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;
   using WideFp8Kv = Fp8KvTileConfig<96, 64, 64, 4, 2, 3>;
@@ -235,6 +255,7 @@ struct Sm80Tuning<128> {
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
   using NarrowStream = DecodeTileD128<32, 4, 3>;
   using NarrowPaged = DecodeTileD128<32, 4, 3>;
+  using NarrowPagedMany = DecodeTileD128<16, 7, 3>;
 #ifdef FMHA_SM80_FP8KV_D128_N
   using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES,
                                     FMHA_SM80_FP8KV_D128_KEY_WARPS>;
@@ -250,6 +271,7 @@ struct Sm80Tuning<256> {
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
   using NarrowStream = Narrow;
   using NarrowPaged = Narrow;
+  using NarrowPagedMany = NarrowPaged;  // one paged decode tile
   using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3, 2>;
   using WideFp8Kv = Fp8KvTileConfig<256, 64, 32, 4, 2, 3>;
 };
@@ -259,23 +281,32 @@ struct Sm80Tuning<256> {
 // or NarrowStream (contiguous or dense rows); the score-ops kernels (kAll:
 // bias, ALiBi) keep Narrow, whose staged bias assumes two stages. The host
 // plan (sm80_forward.cu) and the launch (fwd_launch.cuh) both read this.
+// The plain paged kernel may run NarrowPagedMany instead (with_decode16_tile).
 template <int kHeadDim, bool kPaged, bool kScoreOps>
 using Decode16Tile =
     std::conditional_t<kScoreOps, typename Sm80Tuning<kHeadDim>::Narrow,
                        std::conditional_t<kPaged, typename Sm80Tuning<kHeadDim>::NarrowPaged,
                                           typename Sm80Tuning<kHeadDim>::NarrowStream>>;
 
+// Which paged decode tile a plain paged kernel runs: the host plan's
+// choice (sm80_forward.cu), carried to the launch in LaunchArgs.
+enum class PagedTile : unsigned char {
+  kDefault,  // Sm80Tuning::NarrowPaged
+  kMany,     // Sm80Tuning::NarrowPagedMany (more CTAs per SM)
+};
+
 // Experiments (a build with FMHA_SM80_DECODE_EXPERIMENTS=ON, CMake): the
-// D=128 plain kernels (ScoreOps::kNone) also compile the candidate decode
-// tiles below, and FMHA_SM80_PAGED_TILE / FMHA_SM80_STREAM_TILE (read once
-// per process, by the host plan and the launch alike) pick the paged one
-// and the contiguous / dense one by name "kBlockN.kMinBlocksPerSm.kStages";
-// unset or unknown: Decode16Tile. tools/device/paged2.sh times them.
+// D=128 plain kernels can be forced onto a decode tile by name,
+// "kBlockN.kMinBlocksPerSm.kStages": FMHA_SM80_PAGED_TILE (the paged one)
+// and FMHA_SM80_STREAM_TILE (the contiguous / dense one), read once per
+// process by the host plan and the launch alike; unset or unknown: the
+// plan's choice. tools/device/paged3.sh times them. The candidates are the
+// two paged tiles (NarrowPaged 32.4.3, NarrowPagedMany 16.7.3), so only the
+// contiguous kernel's 16.7.3 is compiled for it; the earlier sweeps (64.3.2,
+// 32.3.4, 16.3.8, 16.6.4, 64.2.3, 32.6.2: docs/performance.md, "Paged decode
+// with more tiles in flight", "Paged decode, a tile per shape") lost to them.
 #if FMHA_SM80_DECODE_EXPERIMENTS
-// Measured 2026-12-01 (docs/performance.md): 32.4.3 best of the first six;
-// 32.6.2 and 16.7.3 (more warps per SM, the lever that run found) not yet.
-constexpr const char* kDecodeTileNames[] = {"64.3.2", "32.3.4", "16.3.8", "32.4.3",
-                                            "16.6.4", "64.2.3", "32.6.2", "16.7.3"};
+constexpr const char* kDecodeTileNames[] = {"32.4.3", "16.7.3"};
 inline int sm80_decode_tile_choice(bool paged) {
   static const int paged_choice = env_choice("FMHA_SM80_PAGED_TILE", kDecodeTileNames);
   static const int stream_choice = env_choice("FMHA_SM80_STREAM_TILE", kDecodeTileNames);
@@ -285,24 +316,25 @@ inline int sm80_decode_tile_choice(bool paged) {
 
 // fn(Cfg{}) with the 16-bit decode tile of a plain or softcap kernel
 // (kScoreOps false) of head dim kHeadDim, paged K/V or not: Decode16Tile,
-// or in an experiments build a plain kernel's candidate.
+// or NarrowPagedMany for a plain paged kernel when `paged_tile` says so
+// (only the plain kernels compile it: 2 kernels per D=128 unit), or in an
+// experiments build a plain kernel's candidate named by the environment.
 template <int kHeadDim, bool kPaged, bool kPlain, class Fn>
-auto with_decode16_tile(Fn&& fn) {
+auto with_decode16_tile(PagedTile paged_tile, Fn&& fn) {
 #if FMHA_SM80_DECODE_EXPERIMENTS
   if constexpr (kHeadDim == 128 && kPlain) {
     switch (sm80_decode_tile_choice(kPaged)) {
-      case 1: return fn(DecodeTileD128<64, 3, 2>{});
-      case 2: return fn(DecodeTileD128<32, 3, 4>{});
-      case 3: return fn(DecodeTileD128<16, 3, 8>{});
-      case 4: return fn(DecodeTileD128<32, 4, 3>{});
-      case 5: return fn(DecodeTileD128<16, 6, 4>{});
-      case 6: return fn(DecodeTileD128<64, 2, 3>{});
-      case 7: return fn(DecodeTileD128<32, 6, 2>{});
-      case 8: return fn(DecodeTileD128<16, 7, 3>{});
+      case 1: return fn(DecodeTileD128<32, 4, 3>{});
+      case 2: return fn(DecodeTileD128<16, 7, 3>{});
       default: break;
     }
   }
 #endif
+  if constexpr (kPaged && kPlain &&
+                !std::is_same<typename Sm80Tuning<kHeadDim>::NarrowPagedMany,
+                              typename Sm80Tuning<kHeadDim>::NarrowPaged>::value) {
+    if (paged_tile == PagedTile::kMany) return fn(typename Sm80Tuning<kHeadDim>::NarrowPagedMany{});
+  }
   return fn(Decode16Tile<kHeadDim, kPaged, false>{});
 }
 
@@ -362,6 +394,7 @@ auto with_fp8kv_decode_tile(Fn&& fn) {
 #define FMHA_SM80_TUNED_(D)                                                                        \
   static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D &&   \
                     Sm80Tuning<D>::NarrowStream::kHeadDim == D && Sm80Tuning<D>::NarrowPaged::kHeadDim == D && \
+                    Sm80Tuning<D>::NarrowPagedMany::kHeadDim == D &&                          \
                     Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D &&                                \
                     Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
                 "Sm80Tuning<" #D "> is missing or mis-keyed");

@@ -57,6 +57,7 @@ namespace fmha::cuda::sm90 {
 struct FwdMaps {
   CUtensorMap q, k, v, o, bias;
   int bias_rows;
+  int bias_ahead;  // staged bias: key tiles ahead of the next load prefetched into L2 (0: none)
 };
 
 // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile of 128-byte
@@ -146,6 +147,11 @@ struct SmemLayout {
   __device__ volatile int64_t* tile_slot() const {
     return reinterpret_cast<volatile int64_t*>(bars() + 2 + 4 * Cfg::kStages +
                                                2 * Cfg::kMaxBiasStages * Cfg::kConsumers);
+  }
+  // The work tile (a TileWork) the producer derived, after the slot.
+  __device__ unsigned char* tile_work() const {
+    return reinterpret_cast<unsigned char*>(bars() + 2 + 4 * Cfg::kStages + 2 * Cfg::kMaxBiasStages * Cfg::kConsumers +
+                                            1);
   }
   // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile (Q or O).
   __device__ static unsigned char* rows(unsigned char* tile, int cw, int panel) {
@@ -244,7 +250,9 @@ __device__ __forceinline__ int64_t total_tiles(const FwdParams& p) {
 // kStagedBias: the kernel may stage bias tiles (maps.bias_rows > 0 says
 // whether this launch does): per key tile, ahead of its K, one box of each
 // consumer's rows into the bias ring, which also runs on across tiles.
-template <class Cfg, bool kServing, bool kStagedBias>
+// kPublish: the consumers take the tile as derived here (SmemLayout::
+// tile_work; fwd_kernel's kTakeTile).
+template <class Cfg, bool kServing, bool kStagedBias, bool kPublish>
 __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayout<Cfg>& sm, int* tile_counter) {
   PipeState<Cfg::kStages> st;
   PipeState<Cfg::kBiasStages> bst;
@@ -261,7 +269,17 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
       return;
     }
     *sm.tile_slot() = index;
+    // kPublish: the consumers take the tile as derived here (published by
+    // the q_full arrival) rather than derive it again: that derivation
+    // (schedule_tile's and key_tiles' 64-bit divisions, four calls of the
+    // division routine, ~400 instructions) sat between a consumer's Q
+    // arriving and its first Q K^T, while the tensor core idled at every
+    // work tile. H200, 3 interleaved rounds: batched GQA B8 H32/8 N2048
+    // causal +3.7%, causal FP16 D=128 N=2048 +3.1%, 8192 +2.2%, non-causal
+    // 8192 +0.4%.
     const TileWork<Cfg, kServing> tw(p, index);
+    static_assert(sizeof(tw) <= Cfg::kTileWorkBytes, "the published work tile fits its room");
+    if constexpr (kPublish) *reinterpret_cast<TileWork<Cfg, kServing>*>(sm.tile_work()) = tw;
     const int h = static_cast<int>(tw.w.hs), hk = static_cast<int>(tw.w.hk);
     mbar_arrive_expect_tx(sm.q_full(), Cfg::kQBytes);
 #pragma unroll
@@ -329,6 +347,16 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
                            rows == 1 ? 0 : tw.m0 + 64 * c, bh, bb, sm.bias_full(bst.stage, c));
         }
         bst.advance();
+        // Key tile t + bias_ahead into L2: with one ring stage (D=128) the
+        // load of t + 1 goes out only once both consumers have read t, about
+        // half a key tile before the first of them needs it, too little for
+        // an HBM read; from L2 it is.
+        const int ta = t + maps.bias_ahead;
+        if (maps.bias_ahead > 0 && ta < tw.t_end())
+          for (int c = 0; c < (rows == 1 ? 1 : Cfg::kConsumers); ++c)
+#pragma unroll
+            for (int pn = 0; pn < Cfg::kBlockN / 64; ++pn)
+              tma_prefetch_panel(&maps.bias, ta * Cfg::kBlockN + 64 * pn, rows == 1 ? 0 : tw.m0 + 64 * c, bh, bb);
       }
     };
     if (tw.t_begin() < tw.t_end()) {
@@ -352,6 +380,135 @@ __device__ void produce(const FwdParams& p, const FwdMaps& maps, const SmemLayou
   }
 }
 
+// The bias terms with a bias tensor's elements loaded from global memory (a
+// bias the copy engine cannot stage; ScoreMask::init_bias / add_bias), out
+// of line: inlined beside the staged path they made the score-ops kernel
+// spill 1.8 KB (ptxas, f16 D=128), with spill traffic on every key tile of
+// every problem it runs, a bias or not. This rare path pays the call
+// instead: ptxas saves the live registers around it (an 800-byte frame;
+// H200, FP16 D=128 N=8192: "bias loaded" / none 5.1-5.2 against 3.9-4.0
+// inlined, while every other score-ops column gained 3-14%). ALiBi without
+// a bias tensor stays inline.
+template <int kNTiles>
+__device__ __noinline__ void bias_from_global_call(float (&s)[1][kNTiles][4], const FwdParams& p, const WorkTile& w,
+                                                   int rows, int seq_k, int64_t diag, float factor, int row0,
+                                                   int n0, int lane, bool init) {
+  if (init) ScoreMask<1, kNTiles>::init_bias(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+  else ScoreMask<1, kNTiles>::add_bias(s, p, w, rows, seq_k, diag, factor, row0, n0, lane);
+}
+// The call through a copy of s: s itself never has its address taken, so
+// it stays in registers on every other path (passed by reference, s lived
+// in local memory: 66 stores and 43 loads per key tile on the hot path).
+template <int kNTiles>
+__device__ __forceinline__ void bias_from_global(float (&s)[1][kNTiles][4], const FwdParams& p, const WorkTile& w,
+                                                 int rows, int seq_k, int64_t diag, float factor, int row0, int n0,
+                                                 int lane, bool init) {
+  float x[1][kNTiles][4];
+  if (!init)
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[0][nt][e] = s[0][nt][e];
+  bias_from_global_call<kNTiles>(x, p, w, rows, seq_k, diag, factor, row0, n0, lane, init);
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][nt][e] = x[0][nt][e];
+}
+
+// The rows' ALiBi constants of one work tile on the score-ops kernel (rows
+// are queries: sm90 never packs heads): the tile's slope and, per lane row,
+// d(i) - 2 (lane % 4) (the key offset of the lane's first pair) as float;
+// d(i) of the warp's first and last rows, for the side test.
+struct AlibiRows {
+  float slope;
+  float d[2];
+  int d_lo, d_hi;
+};
+
+// The bias (kTensor: a 16-bit tile B staged in shared memory) and ALiBi
+// (kAlibi) terms of one key tile n0 into s, in the accumulator's layout
+// (element e of n8 tile nt of lane l: row l / 4 + 8 (e / 2), key n0 + 8 nt
+// + 2 (l % 4) + e % 2): kInit: s = terms * f (Q K^T's starting value,
+// f = 1 / the score factor, or no multiply at all without kScale: Q
+// carries the factor); else s = s * f + terms (after softcap f = 1, else
+// the score factor).
+// The tile is ScoreMask::staged_bias_terms' (128-byte-swizzled panels of
+// 64 keys, panel_bytes apart), read with ldmatrix x4: four n8 tiles of 8
+// rows per instruction, each lane getting its accumulator pair (row l / 4,
+// keys 2 (l % 4) and + 1 of each 8x8 matrix). addr[hh]: this lane's row
+// address for rows 8 hh .. 8 hh + 7 of the warp (tile_lane_rows below);
+// group g of n8 tiles 4 g .. 4 g + 3 is at (addr ^ (g % 2) 64) + (g / 2)
+// panel_bytes, as chunk (4 (g % 2) + m) ^ (row % 8) = (4 (g % 2)) ^ (m ^
+// row % 8) for matrix m < 4. 8 instructions per key tile instead of 32
+// shared loads with their swizzle arithmetic. ALiBi: on a tile wholly on
+// one side of every row's diagonal, one FFMA per element from the per-row
+// base (ScoreMask::alibi_terms). Returns whether a bias element is -inf.
+template <class B, bool kInit, bool kScale, bool kTensor, bool kAlibi, int kNTiles>
+__device__ __forceinline__ bool tile_terms(float (&s)[1][kNTiles][4], float f, const uint32_t (&addr)[2],
+                                           int panel_bytes, const AlibiRows& al, int n0) {
+  static_assert(kNTiles % 4 == 0, "whole ldmatrix x4 groups of n8 tiles");
+  using Mask = ScoreMask<1, kNTiles>;
+  using B2 = typename std::conditional<std::is_same<B, __nv_bfloat16>::value, __nv_bfloat162, __half2>::type;
+  const int side = !kAlibi ? 0 : al.d_lo >= n0 + kNTiles * 8 - 1 ? 1 : al.d_hi <= n0 ? -1 : 0;
+  const float slope = kInit && kScale ? al.slope * f : al.slope;
+  B2 lowest;  // the lane's least element pair (a -inf wins every min)
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float2 x[kNTiles];
+    if constexpr (kTensor) {
+#pragma unroll
+      for (int g = 0; g < kNTiles / 4; ++g) {
+        const uint32_t a = (addr[hh] ^ ((g & 1) << 6)) + (g >> 1) * panel_bytes;
+        uint32_t raw[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(raw[0]), "=r"(raw[1]), "=r"(raw[2]), "=r"(raw[3])
+                     : "r"(a)
+                     : "memory");
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const B2 pair = *reinterpret_cast<const B2*>(&raw[m]);
+          lowest = hh == 0 && g == 0 && m == 0 ? pair : __hmin2(lowest, pair);
+          x[4 * g + m] = Mask::template to_float2<B>(raw[m]);
+        }
+      }
+    }
+    float2 t[kNTiles];
+    if constexpr (kAlibi) Mask::alibi_terms(t, slope, al.d[hh] - static_cast<float>(n0), side);
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& y = s[0][nt][2 * hh + e];
+        const float xe = e ? x[nt].y : x[nt].x, ae = e ? t[nt].y : t[nt].x;
+        if constexpr (kInit && kTensor && kAlibi) y = kScale ? fmaf(xe, f, ae) : xe + ae;
+        else if constexpr (kInit && kTensor) y = kScale ? xe * f : xe;
+        else if constexpr (kInit && kAlibi) y = ae;
+        else if constexpr (kTensor && kAlibi) y = fmaf(y, f, xe) + ae;
+        else if constexpr (kTensor) y = fmaf(y, f, xe);
+        else if constexpr (kAlibi) y = fmaf(y, f, ae);
+      }
+  }
+  if constexpr (kTensor) {
+    const float2 m = Mask::template to_float2<B>(*reinterpret_cast<const uint32_t*>(&lowest));
+    return m.x == kNegInf || m.y == kNegInf;
+  } else {
+    return false;
+  }
+}
+
+// This lane's ldmatrix row addresses (tile_terms' addr, less the stage's
+// base) for rows 8 hh .. of warp `warp`'s 16 in a consumer's bias tile:
+// lane l addresses row (l % 8) of matrix l / 8, at its swizzled chunk of
+// group 0; a bias broadcast over queries has one row, row 0 for all.
+__device__ __forceinline__ void tile_lane_rows(uint32_t (&off)[2], int warp, int lane, bool row_bcast) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = row_bcast ? 0 : warp * 16 + 8 * hh + (lane & 7);
+    off[hh] = r * 128 + ((((lane >> 3) ^ r) & 7) << 4);
+  }
+}
+
 // kOps: the score transforms this instantiation compiles (common/
 // fwd_params.h; the family builds kNone and kAll, whose softcap, bias, ALiBi
 // and descales each run under a run-time uniform branch); the plain path
@@ -362,11 +519,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams p, const __grid_constant__ FwdMaps maps, int* tile_counter) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int D = Cfg::kHeadDim;
-  // Q's A fragments in registers (tile_config.h); with the score ops
-  // (softcap, the bias loads) they would spill.
+  // Q's A fragments in registers (tile_config.h).
   constexpr bool kScoreOps = kOps != ScoreOps::kNone;
   constexpr bool kAllOps = kOps == ScoreOps::kAll;
-  constexpr bool kQInRegs = Cfg::kQInRegs && !kScoreOps;
+  // FMHA_SM90_OPS_QREGS (1 by default; 0 is the A/B of
+  // tools/device/bias3.sh): the score-ops kernel keeps Q in registers too
+  // where the tile config does (D=128), pre-scaled by the score factor
+  // (`prescaled` below). SASS (f16 D=128, steady key tile, per thread):
+  // 565 instructions with nothing to do against 627 with Q in shared
+  // memory, 719 against 844 for an F16 bias, 660 against 722 for ALiBi.
+#ifndef FMHA_SM90_OPS_QREGS
+#define FMHA_SM90_OPS_QREGS 1
+#endif
+  constexpr bool kQInRegs = Cfg::kQInRegs && (!kScoreOps || FMHA_SM90_OPS_QREGS != 0);
+  // The consumers take each work tile as the producer derived it (produce)
+  // in the plain 2-consumer kernels (D=128, D=256), where it was measured.
+  // The score-ops kernels derive it again: with the copy ptxas spilled
+  // 0.1-0.4 KB more in them, whose speed hangs on their spills; so do the
+  // 3-consumer ones (D=64, 160 registers: the copy spilled, 92 / 108 bytes
+  // against 64 / 52, some of it in the diagonal tiles' mask code; not run).
+  constexpr bool kTakeTile = !kScoreOps && Cfg::kConsumers == 2;
   // The row sums on the tensor core and the 32-bit descriptor advance
   // (tile_config.h), plain kernels only (measured there).
   constexpr bool kRowSum = Cfg::kRowSumMma && !kScoreOps;
@@ -399,7 +571,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       tma_prefetch(&maps.k);
       tma_prefetch(&maps.v);
       if (kAllOps && maps.bias_rows > 0) tma_prefetch(&maps.bias);
-      produce<Cfg, kServing, kAllOps>(p, maps, sm, tile_counter);
+      produce<Cfg, kServing, kAllOps, kTakeTile>(p, maps, sm, tile_counter);
     }
     return;
   }
@@ -602,6 +774,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // bias loaded from global memory every tile is scanned.
   const bool staged_bias = kAllOps && maps.bias_rows > 0;
   uint32_t hidden = 0;
+  uint32_t lane_rows[2];  // this lane's ldmatrix rows in a staged bias tile (tile_lane_rows)
+  tile_lane_rows(lane_rows, warp, lane, maps.bias_rows == 1);
   auto needs_guard = [&](const TileWork<Cfg, kServing>& tw, int t, const PipeState<Cfg::kStages>& ps) {
     if constexpr (!Cfg::kGuardNonFiniteV) return false;
     const int n0 = t * Cfg::kBlockN;
@@ -633,7 +807,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the
   // previous consumer in the ring (cw - 1 mod n) completes by arriving.
-  // consumer's arrival completes.
   constexpr int kTurn = 1 + Cfg::kConsumers;
   auto turn_wait = [&] {
     if constexpr (Cfg::kPingPong) named_sync(kTurn + cw, 256);
@@ -650,7 +823,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     q_phase ^= 1u;
     const int64_t index = *sm.tile_slot();
     if (index < 0) break;
-    const TileWork<Cfg, kServing> tw(p, index);
+    // kTakeTile: the producer's derivation of the tile (produce), read
+    // before Q's release.
+    const TileWork<Cfg, kServing> tw = kTakeTile ? *reinterpret_cast<const TileWork<Cfg, kServing>*>(sm.tile_work())
+                                                 : TileWork<Cfg, kServing>(p, index);
     const int t_begin = tw.t_begin(), t_end = tw.t_end();
     const int row0 = tw.m0 + cw * 64 + warp * 16;  // the warp's first unit row
 #pragma unroll
@@ -671,7 +847,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const float qk = kAllOps ? qk_descale(p, tw.w.b, tw.w.hk) : 1.f;
     const bool softcapped = kOps == ScoreOps::kSoftcap || (kAllOps && p.softcap_out != 0.f);
     const bool biased = kAllOps && has_bias_or_alibi(p);
-    const bool bias_init = biased && !softcapped;
+    // FMHA_SM90_OPS_QREGS (kQInRegs in this kernel): without softcap, Q's
+    // registers are multiplied by the score factor scale * qk once per work
+    // tile (rounded to T, as Q itself is: ~2^-12 relative per element), so
+    // Q K^T comes out as the logits in natural units: the bias terms start
+    // the accumulator as they are (no multiply per element), the sign of a
+    // negative descale is in Q, and c = log2(e). Only where the factor keeps
+    // Q in range (2^-8 <= |factor| <= 1); otherwise a bias is added after
+    // the MMA as s * factor + terms (also in natural units).
+    const float factor = p.scale * qk;
+    const bool prescaled =
+        kAllOps && kQInRegs && !softcapped && fabsf(factor) <= 1.f && fabsf(factor) >= 0x1p-8f;
+    const bool natural = kAllOps && kQInRegs && !softcapped && (prescaled || biased);
+    const bool bias_init = biased && !softcapped && (!kQInRegs || prescaled);
+    // The factor of the terms added after the MMA (softcap's output: 1).
+    const float add_f = softcapped ? 1.f : factor;
     // A negative q_descale * k_descale flips the scores' sign instead, so the
     // running max stays a max (as in cuda_sm80_tc; softcap takes the signed
     // factor in its input scale): the consumer negates its rows of the Q
@@ -681,12 +871,48 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // 22 of the scores around the softmax on every tile: descales=1 / none
     // 1.66-1.81 on the H200 against 1.22-1.24 without it; a branch around a
     // negation there made ptxas serialize every wgmma of the kernel, C7514.)
-    const bool flip = kAllOps && !softcapped && qk < 0.f;
-    const float c = (!kAllOps || softcapped) ? p.score_log2 : p.score_log2 * fabsf(qk);
+    const bool flip = kAllOps && !softcapped && qk < 0.f && !natural;
+    const float c = (!kAllOps || softcapped) ? p.score_log2 : natural ? kLog2e : p.score_log2 * fabsf(qk);
     // The bias terms' divisor: the score factor's magnitude, so they add to
     // the (possibly negated) Q K^T in the same units.
     const float bias_div = p.scale * fabsf(qk);
     s_init = bias_init ? 1u : 0u;
+    // The work tile's ALiBi constants (AlibiRows), read once here.
+    AlibiRows al{};
+    if (kAllOps && p.alibi_slopes != nullptr) {
+      const int64_t dg = tw.diag(p);
+      al.slope = p.alibi_slopes[tw.w.b * p.alibi_stride + tw.w.hs];
+      const int i0 = row0 + lane / 4;
+      al.d[0] = static_cast<float>(i0 + dg - 2 * (lane & 3));
+      al.d[1] = static_cast<float>(i0 + 8 + dg - 2 * (lane & 3));
+      al.d_lo = static_cast<int>(row0 + dg);
+      al.d_hi = static_cast<int>(row0 + 15 + dg);
+    }
+    // The key tile's terms by bias dtype and ALiBi (uniform branches).
+    auto terms = [&](int t, bool init, const uint32_t(&addr)[2]) {
+      const int n0 = t * Cfg::kBlockN;
+      constexpr int kPanel = 64 * 128;  // a 64-key panel of the consumer's 64 rows
+      constexpr bool kSc = !kQInRegs;   // init multiplies by f unless Q carries the factor
+      const bool bf16 = p.bias_dtype == FMHA_DTYPE_BF16, alibi = p.alibi_slopes != nullptr;
+      const float f = init ? 1.f / bias_div : add_f;
+      if (p.bias == nullptr) {  // ALiBi alone
+        if (init) tile_terms<__half, true, kSc, false, true>(s, f, addr, kPanel, al, n0);
+        else tile_terms<__half, false, true, false, true>(s, f, addr, kPanel, al, n0);
+        return false;
+      }
+      if (init) {
+        if (alibi)
+          return bf16 ? tile_terms<__nv_bfloat16, true, kSc, true, true>(s, f, addr, kPanel, al, n0)
+                      : tile_terms<__half, true, kSc, true, true>(s, f, addr, kPanel, al, n0);
+        return bf16 ? tile_terms<__nv_bfloat16, true, kSc, true, false>(s, f, addr, kPanel, al, n0)
+                    : tile_terms<__half, true, kSc, true, false>(s, f, addr, kPanel, al, n0);
+      }
+      if (alibi)
+        return bf16 ? tile_terms<__nv_bfloat16, false, true, true, true>(s, f, addr, kPanel, al, n0)
+                    : tile_terms<__half, false, true, true, true>(s, f, addr, kPanel, al, n0);
+      return bf16 ? tile_terms<__nv_bfloat16, false, true, true, false>(s, f, addr, kPanel, al, n0)
+                  : tile_terms<__half, false, true, true, false>(s, f, addr, kPanel, al, n0);
+    };
     // Key tile t's bias tile from the ring into s (init: as Q K^T's
     // starting value, divided by the score factor; else added after
     // softcap), its stage released by each warp once read; notes whether it
@@ -694,40 +920,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     auto staged = [&](int t, bool init) {
       mbar_wait(sm.bias_full(bst.stage, cw), bst.phase);
       const uint32_t tile = static_cast<uint32_t>(__cvta_generic_to_shared(sm.bias(bst.stage, cw)));
-      const int n0 = t * Cfg::kBlockN;
-      const bool bcast = maps.bias_rows == 1;
-      using Mask = ScoreMask<1, kNTiles>;
-      constexpr int kPanel = 64 * 128;  // a 64-key panel of the consumer's 64 rows
-      const bool h =
-          init ? Mask::template staged_bias_terms<true>(s, p, tw.w, tw.diag(p), 1.f / bias_div, row0, n0, lane, tile,
-                                                        kPanel, warp * 16, bcast)
-               : Mask::template staged_bias_terms<false>(s, p, tw.w, tw.diag(p), 1.f, row0, n0, lane, tile, kPanel,
-                                                         warp * 16, bcast);
+      const uint32_t addr[2] = {tile + lane_rows[0], tile + lane_rows[1]};
+      const bool h = terms(t, init, addr);
       __syncwarp();
       if (lane == 0) mbar_arrive(sm.bias_empty(bst.stage, cw));
       bst.advance();
       const uint32_t bit = 1u << (t & 1);
       hidden = h ? hidden | bit : hidden & ~bit;
     };
+    // ALiBi without a bias tensor (no tile to read).
+    auto alibi_only = [&](int t, bool init) {
+      const uint32_t none[2] = {0u, 0u};
+      terms(t, init, none);
+    };
     // The bias terms of key tile t into s, before its Q K^T is issued.
     auto preload = [&](int t) {
       if (!bias_init) return;
       if (staged_bias)
         staged(t, true);
+      else if (p.bias != nullptr)
+        bias_from_global<kNTiles>(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), kQInRegs ? 1.f : bias_div, row0,
+                                  t * Cfg::kBlockN, lane, true);
       else
-        ScoreMask<1, kNTiles>::init_bias(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), bias_div, row0,
-                                         t * Cfg::kBlockN, lane);
+        alibi_only(t, true);
     };
     // Scores of key tile t -> probabilities (in s) and the O rescale factor.
     auto score = [&](int t) {
       fence_operands(s_flat);
       if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
-      if (biased && softcapped) {
+      if (biased && !bias_init) {
         if (staged_bias)
           staged(t, false);
+        else if (p.bias != nullptr)
+          bias_from_global<kNTiles>(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), add_f, row0, n0, lane, false);
         else
-          ScoreMask<1, kNTiles>::add_bias(s, p, tw.w, tw.len_q(p), tw.len_k(p), tw.diag(p), 1.f, row0, n0, lane);
+          alibi_only(t, false);
       }
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) {
         if constexpr (kServing) ScoreMask<1, kNTiles>::apply(s, p, tw.len_k(p), tw.diag(p), row0, n0, lane);
@@ -747,11 +975,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Q now lives in registers: its buffer goes back to the producer at
       // once (the warpgroup's reads done first).
       load_q_regs();
+      if (kAllOps && prescaled) {
+#pragma unroll
+        for (int ks = 0; ks < (kQInRegs ? D / 16 : 1); ++ks)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 x = unpack2<T>(qf[ks][i]);
+            qf[ks][i] = pack2<T>(x.x * factor, x.y * factor);
+          }
+      } else if (kAllOps && flip) {
+#pragma unroll
+        for (int ks = 0; ks < (kQInRegs ? D / 16 : 1); ++ks)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) qf[ks][i] ^= 0x80008000u;
+      }
       named_sync(1 + cw, 128);
       release_q();
     }
     constexpr bool kReleaseQAfterQk = Cfg::kSeparateO && !kQInRegs;
-    if constexpr (kAllOps)
+    if constexpr (kAllOps && !kQInRegs)
       if (flip && t_begin < t_end) flip_q();
 
     if (t_begin < t_end) {

@@ -78,6 +78,7 @@ fmha_status launch_fwd_kernel(const FwdParams& params, const LaunchArgs& a) {
   if (s == FMHA_SUCCESS) s = operand_map(p, p.o, q_dims, 64, &maps.o);
   if (s != FMHA_SUCCESS) return s;
   maps.bias_rows = kOps == ScoreOps::kAll ? bias_map(p, &maps.bias) : 0;
+  maps.bias_ahead = bias_prefetch_tiles();
   const auto kernel = fwd_kernel<T, Cfg, kOps, kServing>;
   // The score-transform kernel's bias ring lies past the rest (tile_config.h).
   constexpr int kSmem = kOps == ScoreOps::kAll ? Cfg::kSmemBytesBias : Cfg::kSmemBytes;
@@ -93,6 +94,7 @@ fmha_status launch_fwd_kernel(const FwdParams& params, const LaunchArgs& a) {
 template <class T, int kHeadDim>
 fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   using Cfg = typename Sm90Tuning<kHeadDim>::Config;
+  using ServingCfg = typename Sm90ServingTuning<kHeadDim>::Config;
   using OpsCfg = typename Sm90ScoreOpsTuning<kHeadDim>::Config;
   // The plain kernels, one per layout (the dense one reads no metadata and
   // runs no score transform), and one kAll kernel for every problem with a
@@ -102,7 +104,7 @@ fmha_status launch_fwd(const FwdParams& f, const LaunchArgs& a) {
   // N=8192, softcap / none 1.50 / 1.44 against 1.53 / 1.55 in kAll).
   const fmha_status s =
       a.ops != ScoreOps::kNone ? launch_fwd_kernel<T, OpsCfg, ScoreOps::kAll, true>(f, a)
-      : f.layout.any()         ? launch_fwd_kernel<T, Cfg, ScoreOps::kNone, true>(f, a)
+      : f.layout.any()         ? launch_fwd_kernel<T, ServingCfg, ScoreOps::kNone, true>(f, a)
                                : launch_fwd_kernel<T, Cfg, ScoreOps::kNone, false>(f, a);
   if (s != FMHA_SUCCESS || f.num_splits == 1) return s;
   return launch_split_combine<T>(fwd_combine_params(f), a.stream);

@@ -72,4 +72,15 @@ inline int64_t l2_band_mib() {
   return mib;
 }
 
+// How many key tiles past the next one the producer prefetches a staged
+// bias into L2 (fwd_kernel.cuh, load_bias): FMHA_SM90_BIAS_PREFETCH, read
+// once, default 1 (0: none; docs/performance.md, branch issue14-bias3).
+inline int bias_prefetch_tiles() {
+  static const int tiles = [] {
+    const char* v = std::getenv("FMHA_SM90_BIAS_PREFETCH");
+    return v != nullptr && *v != '\0' ? std::atoi(v) : 1;
+  }();
+  return tiles;
+}
+
 }  // namespace fmha::cuda::sm90

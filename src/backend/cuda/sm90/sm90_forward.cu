@@ -83,7 +83,8 @@ bool runs_score_ops_kernel(const Problem& p) { return score_ops_of(p) != ScoreOp
 
 // Calls fn(Cfg{}) with the tile config of p's kernel: FP8 q (all FP8 q/k/v,
 // sm90_supports) reads Sm90Fp8Tuning, 16-bit Sm90Tuning (the score-ops
-// kernel Sm90ScoreOpsTuning).
+// kernel Sm90ScoreOpsTuning, the plain serving kernel Sm90ServingTuning;
+// fwd_launch.cuh's launch_fwd picks the same).
 template <class Fn>
 bool dispatch_config(const Problem& p, Fn&& fn) {
   if (is_fp8(p.dtype))
@@ -94,6 +95,8 @@ bool dispatch_config(const Problem& p, Fn&& fn) {
     constexpr int kD = decltype(head_dim)::value;
     if (runs_score_ops_kernel(p))
       fn(typename sm90::Sm90ScoreOpsTuning<kD>::Config{});
+    else if (p.layout.any())
+      fn(typename sm90::Sm90ServingTuning<kD>::Config{});
     else
       fn(typename sm90::Sm90Tuning<kD>::Config{});
   });

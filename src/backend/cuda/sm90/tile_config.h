@@ -81,9 +81,11 @@ struct TileConfig {
   // tile's Q waits for the store), then the mbarriers; plus 1024 bytes to
   // align the base to a swizzle atom.
   // The barriers: Q's full / empty, K's and V's per stage, the bias ring's
-  // per stage and consumer (room for kMaxBiasStages), the tile slot.
+  // per stage and consumer (room for kMaxBiasStages), the tile slot, then
+  // the work tile as the producer derived it (fwd_kernel.cuh, TileWork).
   static constexpr int kMaxBiasStages = 2;
-  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8;
+  static constexpr int kTileWorkBytes = 128;
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8 + kTileWorkBytes;
   static constexpr int kSmemMax = 227 * 1024;
   // With kRowSumMma the ones tile follows the barriers, 128-byte aligned.
   static constexpr int kOnesBytes = kRowSumMma ? 128 + 256 : 0;
@@ -119,8 +121,6 @@ struct TileConfig {
   static_assert(!kQInRegs || kSeparateO, "an early Q release needs O staged outside Q's buffer");
   static_assert(kHeadDim % 64 == 0, "whole 128-byte panels");
   static_assert(kBlockN % 16 == 0 && kBlockN <= 256, "k16 steps of P V; one copy box of rows");
-  static_assert(kBiasStages >= 1, "a bias stage must fit beside Q, K/V and O");
-  static_assert(kBlockN % 64 == 0, "whole 64-key panels of a bias tile");
   static_assert(register_split_fits(kThreads, kProducerRegs, kConsumers, kConsumerRegs),
                 "setmaxnreg cannot hand out more registers than the launch allocated");
 };
@@ -136,7 +136,11 @@ struct TileConfig {
 //          BF16, non-causal, batched GQA). Tried
 //          and not taken (same run): 3 stages with O staged in Q (-2 to -3%),
 //          128 x 176 key tiles for unmasked problems (equal: 513 vs 516).
-//   D=256: 128 x 64,  2 stages: 64 + 128 KB (O: 128 accumulator registers).
+//   D=256: 128 x 80, 2 stages: 64 + 160 KB, O staged in Q's buffer (O: 128
+//          accumulator registers; FA3's D=256 shape). Against 128 x 64
+//          (3 interleaved rounds, causal FP16): N=8192 +3.8% (588 vs 567
+//          TFLOP/s), 2048 -1.8% (within the rounds' spread). 3 stages of 64
+//          keys and tiles of 96 keys need 256 KB and do not fit.
 template <int kHeadDim>
 struct Sm90Tuning;
 template <>
@@ -149,14 +153,16 @@ struct Sm90Tuning<128> {
 };
 template <>
 struct Sm90Tuning<256> {
-  using Config = TileConfig<256, 64, 2>;
+  using Config = TileConfig<256, 80, 2>;
 };
 
 // The score-ops kernel's tile (ScoreOps::kAll: bias, ALiBi, softcap,
 // descales), where it differs from the plain kernel's. D=64: 2 consumers of
 // 240 registers, not 3 of 160: with the bias, ALiBi and softcap code the
 // 3-consumer kernel spilled 11.8 KB (ptxas, f16, sm_90a; 2 consumers: 0.46
-// KB, against 1.8 KB at D=128).
+// KB, against 1.8 KB at D=128). D=256: 64-key tiles whatever the plain
+// kernel's (its bias tiles are whole 64-key panels, and a bias stage must
+// fit beside Q and the K/V ring).
 template <int kHeadDim>
 struct Sm90ScoreOpsTuning {
   using Config = typename Sm90Tuning<kHeadDim>::Config;
@@ -165,12 +171,32 @@ template <>
 struct Sm90ScoreOpsTuning<64> {
   using Config = TileConfig<64, 128, 2, 2>;
 };
+template <>
+struct Sm90ScoreOpsTuning<256> {
+  using Config = TileConfig<256, 64, 2>;
+};
+
+// The plain serving kernel's tile (ragged, seqused_k and paged layouts),
+// where it differs from the dense one's: D=256 keeps 64-key tiles, since a
+// block table's pages must tile a key tile or be tiled by it (sm90_forward.cu)
+// and the page sizes in use (16 to 256, powers of 2) do not tile 80 keys.
+template <int kHeadDim>
+struct Sm90ServingTuning {
+  using Config = typename Sm90Tuning<kHeadDim>::Config;
+};
+template <>
+struct Sm90ServingTuning<256> {
+  using Config = TileConfig<256, 64, 2>;
+};
 
 // Every instantiated head dim (the build's list, FMHA_SM90_INSTANCES) has
 // its tuning, keyed by the right head dim.
-#define FMHA_SM90_TUNED_(D)                                                                              \
-  static_assert(Sm90Tuning<D>::Config::kHeadDim == D, "Sm90Tuning<" #D "> is missing or mis-keyed");   \
-  static_assert(Sm90ScoreOpsTuning<D>::Config::kHeadDim == D, "Sm90ScoreOpsTuning<" #D "> is mis-keyed");
+#define FMHA_SM90_TUNED_(D)                                                                                    \
+  static_assert(Sm90Tuning<D>::Config::kHeadDim == D, "Sm90Tuning<" #D "> is missing or mis-keyed");           \
+  static_assert(Sm90ScoreOpsTuning<D>::Config::kHeadDim == D, "Sm90ScoreOpsTuning<" #D "> is mis-keyed");      \
+  static_assert(Sm90ServingTuning<D>::Config::kHeadDim == D, "Sm90ServingTuning<" #D "> is mis-keyed");        \
+  static_assert(Sm90ScoreOpsTuning<D>::Config::kBiasStages >= 1, "a bias stage must fit beside Q, K/V and O"); \
+  static_assert(Sm90ScoreOpsTuning<D>::Config::kBlockN % 64 == 0, "whole 64-key panels of a bias tile");
 FMHA_SM90_HEAD_DIMS(FMHA_SM90_TUNED_)
 #undef FMHA_SM90_TUNED_
 

@@ -17,6 +17,15 @@ __device__ __forceinline__ void tma_load_panel(void* dst, const CUtensorMap* map
   ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, dst, map, coords, bar);
 }
 
+// The same box into L2 only (no shared memory, no barrier): a hint that
+// brings a later load's bytes close (CCCL's cuda::ptx has no wrapper).
+__device__ __forceinline__ void tma_prefetch_panel(const CUtensorMap* map, int col, int row, int head, int batch) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(col), "r"(row), "r"(head), "r"(batch)
+               : "memory");
+}
+
 // Fetches the tensor map's 128-byte descriptor into the constant cache
 // ahead of its first use.
 __device__ __forceinline__ void tma_prefetch(const CUtensorMap* map) {
