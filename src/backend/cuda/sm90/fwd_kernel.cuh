@@ -46,6 +46,13 @@
 #include "backend/cuda/sm90/wgmma.cuh"
 #include "core/key_tiles.h"
 
+// The score-ops kernel's Q in registers (fwd_kernel below): 1 by default;
+// -DFMHA_SM90_OPS_QREGS=0 in CMAKE_CUDA_FLAGS is the Q-in-shared-memory A/B
+// of tools/device/bias3.sh.
+#ifndef FMHA_SM90_OPS_QREGS
+#define FMHA_SM90_OPS_QREGS 1
+#endif
+
 namespace fmha::cuda::sm90 {
 
 // The tensor maps of one launch (tma.h): Q and O boxes of 64-row halves
@@ -528,9 +535,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // (`prescaled` below). SASS (f16 D=128, steady key tile, per thread):
   // 565 instructions with nothing to do against 627 with Q in shared
   // memory, 719 against 844 for an F16 bias, 660 against 722 for ALiBi.
-#ifndef FMHA_SM90_OPS_QREGS
-#define FMHA_SM90_OPS_QREGS 1
-#endif
   constexpr bool kQInRegs = Cfg::kQInRegs && (!kScoreOps || FMHA_SM90_OPS_QREGS != 0);
   // The consumers take each work tile as the producer derived it (produce)
   // in the plain 2-consumer kernels (D=128, D=256), where it was measured.
