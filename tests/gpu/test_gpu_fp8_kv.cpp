@@ -57,14 +57,17 @@ ServingCase fp8_case(fmha_dtype q, fmha_dtype kv, int64_t hq, int64_t hk, int64_
 
 
 // Whether cuda_sm80_tc's refusal of an FP8 K/V problem is one a build or
-// device may give: a build without this instantiation or without any FP8
-// K/V unit (CMAKE_CUDA_ARCHITECTURES without one from 89 up), or a device
-// below the FP8 K/V units' architectures (the registry row's minimum).
-// Sets *below_sm for the last.
+// device may give: a build without this instantiation, without this head
+// dim (a reduced FMHA_SM80_INSTANCES list: the registry row's head-dim
+// column says "does not run head_dim=...") or without any FP8 K/V unit
+// (CMAKE_CUDA_ARCHITECTURES without one from 89 up), or a device below the
+// FP8 K/V units' architectures (the registry row's minimum). Sets
+// *below_sm for the last.
 bool fp8_kv_declined(const std::string& msg, bool* below_sm) {
   *below_sm = msg.find("for FP8 K/V") != std::string::npos;
   return *below_sm || msg.find("not instantiated") != std::string::npos ||
-         msg.find("does not run dtype F8E") != std::string::npos;
+         msg.find("does not run dtype F8E") != std::string::npos ||
+         msg.find("does not run head_dim=") != std::string::npos;
 }
 
 // `c` on cuda_sm80_tc forced (for each split count) and on the automatic
@@ -316,73 +319,94 @@ uint16_t bits_of(fmha_dtype t, float x) {
 }
 
 TEST_CASE("sm80 FP8 K/V: every FP8 byte decodes exactly through the register conversion") {
-  // fp8_decode_case.h's check with a 16-bit q and o: a single key, so the
-  // softmax weight is exactly 1 and o column d is byte d's decoded value,
-  // which F16 and BF16 hold exactly; an inf may come out NaN (fmha.h: "NaN
-  // or inf"), a NaN must.
-  constexpr int64_t D = fmha_test::kFp8DecodeD;
+  // fp8_decode_case.h's inputs with a 16-bit q and o: a single key, so the
+  // softmax weight is exactly 1 and o column d is v's byte d decoded, which
+  // F16 and BF16 hold exactly; an inf may come out NaN (fmha.h: "NaN or
+  // inf"), a NaN must. At each head dim's decode tile (D = 256: one column
+  // per byte; D = 128 and 64: the 256 bytes over 2 and 4 runs of D columns).
   int ran = 0;
-  for (fmha_dtype qt : kQTypes)
-    for (fmha_dtype kv : kKvTypes) {
-      CAPTURE(fmha_test::dtype_label(qt));
-      CAPTURE(fmha_test::dtype_label(kv));
-      const fmha_test::Fp8DecodeInputs in = fmha_test::fp8_decode_inputs(kv);
-      const std::vector<uint16_t> q(D, bits_of(qt, 0.5f));
-      std::vector<float> o;
-      if (!run_raw(qt, kv, 1, 1, D, FMHA_MASK_NONE, q, in.qk, in.v, &o)) continue;
-      ++ran;
-      int nans = 0;
-      for (int64_t d = 0; d < D; ++d) {
-        CAPTURE(d);
-        const float want = fmha_test::fp8_to_float(static_cast<uint8_t>(d), kv);
-        if (std::isnan(want)) {
-          ++nans;
-          CHECK(std::isnan(o[d]));
-        } else if (std::isinf(want)) {
-          CHECK((std::isnan(o[d]) || o[d] == want));
-        } else {
-          CHECK(o[d] == want);
+  bool below_sm = false;
+  for (const int64_t D : {int64_t{256}, int64_t{128}, int64_t{64}})
+    for (fmha_dtype qt : kQTypes)
+      for (fmha_dtype kv : kKvTypes) {
+        CAPTURE(D);
+        CAPTURE(fmha_test::dtype_label(qt));
+        CAPTURE(fmha_test::dtype_label(kv));
+        const fmha_test::Fp8DecodeInputs in = fmha_test::fp8_decode_inputs(kv);
+        const std::vector<uint16_t> q(D, bits_of(qt, 0.5f));
+        const std::vector<uint8_t> k(in.qk.begin(), in.qk.begin() + D);
+        int nans = 0, runs = 0;
+        for (int64_t first = 0; first < fmha_test::kFp8DecodeD; first += D) {
+          const std::vector<uint8_t> v(in.v.begin() + first, in.v.begin() + first + D);
+          std::vector<float> o;
+          if (!run_raw(qt, kv, 1, 1, D, FMHA_MASK_NONE, q, k, v, &o, &below_sm)) break;
+          ++runs;
+          for (int64_t d = 0; d < D; ++d) {
+            CAPTURE(first + d);
+            const float want = fmha_test::fp8_to_float(static_cast<uint8_t>(first + d), kv);
+            if (std::isnan(want)) {
+              ++nans;
+              CHECK(std::isnan(o[d]));
+            } else if (std::isinf(want)) {
+              CHECK((std::isnan(o[d]) || o[d] == want));
+            } else {
+              CHECK(o[d] == want);
+            }
+          }
         }
+        if (runs == 0) continue;  // this build lacks the head dim (run_raw checked the reason)
+        CHECK(runs * D == fmha_test::kFp8DecodeD);
+        CHECK(nans == (kv == FMHA_DTYPE_F8E4M3 ? 2 : 6));
+        ++ran;
       }
-      CHECK(nans == (kv == FMHA_DTYPE_F8E4M3 ? 2 : 6));
-    }
-  MESSAGE("every-byte decode: " << ran << " of 4 (q dtype, FP8 kind) runs");
+  MESSAGE("every-byte decode: " << ran << " of 12 (head dim, q dtype, FP8 kind) runs");
+  if (!below_sm) CHECK(ran > 0);
 }
 
 TEST_CASE("sm80 FP8 K/V: a non-finite v row reaches only the rows that see its key (causal)") {
-  // Causal N = 150 (several key tiles and the 16-row tiles of the FP8
-  // tile), random finite q / k / v except v row kBad: NaN bytes (e4m3
-  // 0x7f) or inf (e5m2 0x7c). Rows before kBad never see it and must stay
-  // finite (a 0 * NaN in the P V product would leak it); rows from kBad
-  // on see it with a non-zero weight: NaN or inf in every column.
-  constexpr int64_t N = 150, D = 128, kBad = 70;
+  // Random finite q / k / v except v row bad: NaN bytes (e4m3 0x7f) or inf
+  // (e5m2 0x7c), under a bottom-right causal mask (row i sees key j iff j
+  // <= i + Nk - Nq). Rows that never see it must stay finite (a 0 * NaN in
+  // the P V product would leak it); rows that see it, with a non-zero
+  // weight, are NaN or inf in every column. Nq = Nk = 150 on the prefill
+  // tile (several key tiles and 16-row tiles), and 16 rows over Nk = 150
+  // and 190 on the decode tile, where the bad key sits in an edge tile in
+  // the first and in the second key warp's share of it (D=128: 64-key
+  // tiles, 32 keys per key warp; keys 128..191).
+  struct Shape {
+    int64_t nq, nk, bad;
+  };
+  constexpr int64_t D = 128;
   std::mt19937 rng(20261201);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   int ran = 0;
   bool below_sm = false;
-  for (fmha_dtype qt : kQTypes)
-    for (fmha_dtype kv : kKvTypes) {
-      CAPTURE(fmha_test::dtype_label(qt));
-      CAPTURE(fmha_test::dtype_label(kv));
-      std::vector<uint16_t> q(N * D);
-      std::vector<uint8_t> k(N * D), v(N * D);
-      for (auto& x : q) x = bits_of(qt, u(rng));
-      for (auto& x : k) x = fmha_test::float_to_fp8(u(rng), kv);
-      for (auto& x : v) x = fmha_test::float_to_fp8(u(rng), kv);
-      for (int64_t e = 0; e < D; ++e) v[kBad * D + e] = kv == FMHA_DTYPE_F8E4M3 ? 0x7f : 0x7c;
-      std::vector<float> o;
-      if (!run_raw(qt, kv, N, N, D, FMHA_MASK_CAUSAL, q, k, v, &o, &below_sm)) continue;
-      ++ran;
-      int leaked = 0, missing = 0;
-      for (int64_t i = 0; i < N; ++i)
-        for (int64_t e = 0; e < D; ++e) {
-          const float x = o[i * D + e];
-          if (i < kBad) leaked += !std::isfinite(x);
-          else missing += std::isfinite(x);
-        }
-      CHECK(leaked == 0);
-      CHECK(missing == 0);
-    }
+  for (const Shape& sh : {Shape{150, 150, 70}, Shape{16, 150, 140}, Shape{16, 190, 185}})
+    for (fmha_dtype qt : kQTypes)
+      for (fmha_dtype kv : kKvTypes) {
+        CAPTURE(sh.nq);
+        CAPTURE(sh.nk);
+        CAPTURE(fmha_test::dtype_label(qt));
+        CAPTURE(fmha_test::dtype_label(kv));
+        std::vector<uint16_t> q(sh.nq * D);
+        std::vector<uint8_t> k(sh.nk * D), v(sh.nk * D);
+        for (auto& x : q) x = bits_of(qt, u(rng));
+        for (auto& x : k) x = fmha_test::float_to_fp8(u(rng), kv);
+        for (auto& x : v) x = fmha_test::float_to_fp8(u(rng), kv);
+        for (int64_t e = 0; e < D; ++e) v[sh.bad * D + e] = kv == FMHA_DTYPE_F8E4M3 ? 0x7f : 0x7c;
+        std::vector<float> o;
+        if (!run_raw(qt, kv, sh.nq, sh.nk, D, FMHA_MASK_CAUSAL, q, k, v, &o, &below_sm)) continue;
+        ++ran;
+        int leaked = 0, missing = 0;
+        for (int64_t i = 0; i < sh.nq; ++i)
+          for (int64_t e = 0; e < D; ++e) {
+            const float x = o[i * D + e];
+            if (sh.bad > i + sh.nk - sh.nq) leaked += !std::isfinite(x);
+            else missing += std::isfinite(x);
+          }
+        CHECK(leaked == 0);
+        CHECK(missing == 0);
+      }
   if (!below_sm) CHECK(ran > 0);
 }
 

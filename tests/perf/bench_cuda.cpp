@@ -11,8 +11,9 @@
 // unless --check-all). Inputs are random (normal), rotated among several
 // copies when one set would sit in L2. The compact table comes last.
 //
-//   bench_cuda [--suite a,b,...] [--kernels k1,k2] [--n 2048,8192]
-//              [--splits n] [--head-major-pages] [--no-check] [--check-all] [--group-ms x]
+//   bench_cuda [--suite a,b,...] [--kernels k1,k2] [--n 2048,8192] [--d 128]
+//              [--splits n] [--head-major-pages] [--case 'a|b'] [--no-check] [--check-all]
+//              [--group-ms x]
 // suites: check (correctness matrix, pass/fail), seed (causal FP16 D=128,
 // N=512..32768), bf16, noncausal, d64, d256 (causal FP16 D=256, with
 // peers), dims (causal FP16 D=32, 96, 256),
@@ -28,7 +29,9 @@
 // rounds, each kernel that runs them; softcap 30 rides along), fp8kv
 // (issue 14: BF16-q decode over an FP8 KV cache in TB/s against the copy
 // bandwidth and against BF16 K/V; cuda_sm80_tc unless --kernels names
-// others), fp8 (issue 14: e4m3 q/k/v prefill, V transposed, against BF16 of
+// others; D=128 unless --d; with --splits n the decode rows at num_splits
+// n and no prefill; with --case 'a|b' only the decode rows whose label
+// contains a or b, no prefill), fp8 (issue 14: e4m3 q/k/v prefill, V transposed, against BF16 of
 // the same values, causal and not, B=1 H=32 D=128, N=8192 unless --n;
 // cuda_sm90_ws unless --kernels names others), all (= every perf suite but
 // serving, bias, fp8kv and fp8).
@@ -1096,7 +1099,17 @@ int run_bias(fmha_handle h, cudaStream_t stream, const std::vector<std::string>&
 }
 
 // ---- the FP8 KV-cache suite (issue 14) ----------------------------------------------
-//
+
+// Whether `label` contains one of the '|'-separated parts of `parts`.
+bool label_matches(const std::string& label, const std::string& parts) {
+  for (size_t at = 0; at <= parts.size();) {
+    const size_t end = std::min(parts.find('|', at), parts.size());
+    if (end > at && label.find(parts.substr(at, end - at)) != std::string::npos) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
 // The issue's bar: BF16 q, e4m3 K/V, GQA 32/8, D=128, Nq = 1 decode at B=1
 // Nk=131072 and B=16 Nk=8192, in K+V bytes read per second against the
 // device copy bandwidth measured in the same run (bar: >= 90%), and against
@@ -1105,11 +1118,18 @@ int run_bias(fmha_handle h, cudaStream_t stream, const std::vector<std::string>&
 // (e5m2 under F16 is a byte permute; e4m3 one cvt per pair; a BF16 q adds
 // the F16 -> BF16 step: the three rows price the conversion). Then causal
 // prefill over an FP8 cache (Nq = Nk = 4096) against BF16 K/V.
-int run_fp8kv(fmha_handle h, cudaStream_t stream, const std::vector<std::string>& kernels, double group_ms) {
+//
+// d: the decode rows' head dim (--d); splits >= 0 (--splits): their
+// num_splits (0 automatic, 1 none); only (--case): just the decode rows
+// whose label contains one of its '|'-separated parts, and no prefill
+// (candidates timed side by side, one call to profile).
+int run_fp8kv(fmha_handle h, cudaStream_t stream, const std::vector<std::string>& kernels, double group_ms,
+              int64_t d, int splits, const std::string& only) {
   const double copy = copy_bandwidth(stream);
   std::printf("\nfp8kv suite: device copy bandwidth %.2f TB/s (read + write of a 1 GiB cudaMemcpyAsync)\n", copy);
-  std::printf("\n| FP8 KV decode (Hq 32 / Hk 8, D 128, Nq 1) | kernel | ms | K+V TB/s | of copy | "
-              "speedup vs BF16 K/V |\n|---|---|---|---|---|---|\n");
+  std::printf("\n| FP8 KV decode (Hq 32 / Hk 8, D %lld, Nq 1%s) | kernel | ms | K+V TB/s | of copy | "
+              "speedup vs BF16 K/V |\n|---|---|---|---|---|---|\n",
+              static_cast<long long>(d), splits >= 0 ? (", num_splits " + std::to_string(splits)).c_str() : "");
   struct Variant {
     const char* name;
     fmha_dtype q, kv;
@@ -1127,7 +1147,11 @@ int run_fp8kv(fmha_handle h, cudaStream_t stream, const std::vector<std::string>
     for (const std::string& kn : kernels) {
       double bf16_ms = NAN;
       for (const Variant& v : variants) {
+        char label[96];
+        std::snprintf(label, sizeof label, "B=%zu Nk=%d %s", lens.size(), lens[0], v.name);
+        if (!only.empty() && !label_matches(label, only)) continue;
         ServingProblem sp;
+        sp.D = d;
         sp.len_q.assign(lens.size(), 1);
         sp.len_k = lens;
         sp.cap = lens[0];
@@ -1136,14 +1160,16 @@ int run_fp8kv(fmha_handle h, cudaStream_t stream, const std::vector<std::string>
         sp.kv_descales = v.descales;
         sp.page_size = v.page_size;
         sp.build();
+        if (splits >= 0) sp.p.num_splits = splits;
         const double ms = time_serving(h, stream, sp, kn.c_str(), group_ms);
         if (v.kv == FMHA_DTYPE_BF16) bf16_ms = ms;
         const double tbps = sp.kv_bytes / (ms * 1e-3) / 1e12;
-        std::printf("| B=%zu Nk=%d %s | %s | %.4f | %.3f | %.3f | %.2f |\n", lens.size(), lens[0], v.name, kn.c_str(),
-                    ms, tbps, tbps / copy, bf16_ms / ms);
+        std::printf("| %s | %s | %.4f | %.3f | %.3f | %.2f |\n", label, kn.c_str(), ms, tbps, tbps / copy,
+                    bf16_ms / ms);
         std::fflush(stdout);
       }
     }
+  if (!only.empty() || splits >= 0) return 0;
   // Prefill over an FP8 cache runs cuda_sm80_tc's FP8 tile (16 query rows
   // per CTA), not the 16-bit wide tile: its price against BF16 K/V.
   std::printf("\n| FP8 KV prefill (BF16 q, Hq 32 / Hk 8, D 128, causal Nq = Nk = 4096) | kernel | ms | TFLOP/s | "
@@ -1304,7 +1330,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> suites = {"check", "seed", "bf16", "noncausal", "d64", "gqa", "decode"};
   std::vector<std::string> want_kernels;
   std::vector<int64_t> ns;
-  int64_t bias_d = 128;  // --d: the bias suite's head dim
+  int64_t bias_d = 128;  // --d: the bias and fp8kv suites' head dim
+  std::string only_case;  // --case: the fp8kv decode rows whose label contains one of its '|' parts
   int splits_override = -1;
   bool head_major_pages = false;  // serving: paged decode pages [pages, Hk, page_size, D]
   bool no_check = false, check_all = false;
@@ -1327,13 +1354,15 @@ int main(int argc, char** argv) {
     } else if (a == "--splits") splits_override = std::atoi(next());
     else if (a == "--head-major-pages") head_major_pages = true;
     else if (a == "--d") bias_d = std::atoll(next());
+    else if (a == "--case") only_case = next();
     else if (a == "--no-check") no_check = true;
     else if (a == "--check-all") check_all = true;
     else if (a == "--group-ms") group_ms = std::atof(next());
     else {
       std::fprintf(stderr,
                    "usage: bench_cuda [--suite check,seed,bf16,noncausal,d64,d256,dims,gqa,decode,large,serving,bias,fp8kv,fp8|all] "
-                   "[--kernels a,b] [--n 2048,8192] [--d 128] [--splits n] [--head-major-pages] [--no-check] [--check-all] [--group-ms x]\n");
+                   "[--kernels a,b] [--n 2048,8192] [--d 128] [--splits n] [--head-major-pages] [--case 'a|b'] "
+                   "[--no-check] [--check-all] [--group-ms x]\n");
       return 2;
     }
   }
@@ -1494,7 +1523,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> sk;
     for (const std::string& k : kernels)
       if (!want_kernels.empty() || k == "cuda_sm80_tc") sk.push_back(k);
-    failures += run_fp8kv(h, stream, sk, group_ms);
+    failures += run_fp8kv(h, stream, sk, group_ms, bias_d, splits_override, only_case);
   }
   if (fp8) {
     std::vector<std::string> sk;

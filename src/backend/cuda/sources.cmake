@@ -180,6 +180,11 @@ function(fmha_kernel_instances family FAMILY out_var)
   set(${out_var} ${units} PARENT_SCOPE)
 endfunction()
 
+# Benchmarking builds only: the FP8 K/V units' plain kernels (ScoreOps::kNone)
+# also compile candidate decode tiles that FMHA_SM80_FP8KV_TILE picks at run
+# time (sm80/tile_config.h: with_fp8kv_decode_tile; tools/device/fp8dec3.sh).
+option(FMHA_SM80_FP8KV_EXPERIMENTS "cuda_sm80_tc: compile the candidate FP8 K/V decode tiles too" OFF)
+
 # cuda_sm80_tc's FP8 K/V units (<dtype>_f8kv entries) convert FP8 in
 # registers with cvt.f16x2.e4m3x2, which sm_89 and newer have; on sm_80 the
 # conversion is a software decode in every fragment load, which cost 119-216 s

@@ -16,10 +16,14 @@
 // (fmha.h). The differences m_s - M are taken in natural units, so logits of
 // 1e4 lose nothing to the combine.
 //
-// One warp per row, no shared memory. Lane t reads the states of splits
-// t + 32 k, the warp reduces M and L, and the weights a_s stay in the lanes'
-// registers (shuffled out in turn); lane t accumulates dims t + 32 c,
-// c < kC, over the splits in split order. kC = ceil(head_dim / 32) is a
+// One warp per row, or (few rows over many splits: a decode step's
+// combine, B=1 GQA 32/8 is 32 rows over 64 splits) kWideWarps warps per
+// row, each summing a contiguous quarter of the splits, their sums added in
+// warp order through shared memory (a row then waits for one quarter of
+// the L2 round trips). Lane t reads the states of splits t + 32 k, the
+// warp reduces M and L (every warp of a row alike), and the weights a_s
+// stay in the lanes' registers (shuffled out in turn); lane t accumulates
+// dims t + 32 c, c < kC, over its splits in split order. kC = ceil(head_dim / 32) is a
 // template parameter (1, 2, 3, 4 or 8) so that the accumulation loop has no
 // branches: its loads are unconditional (dims past head_dim read the row's
 // last element and are never stored), so the unrolled iterations keep the
@@ -30,6 +34,7 @@
 #include "backend/cuda/common/split_combine.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <type_traits>
 
 #include "backend/cuda/common/device_math.cuh"
@@ -38,15 +43,33 @@
 namespace fmha::cuda {
 namespace {
 
-constexpr int kCombineWarps = 4;  // rows per block
+constexpr int kCombineWarps = 4;  // warps per block: rows per block, or one row (kWideWarps)
+constexpr int kWideWarps = kCombineWarps;
+// A row takes kWideWarps warps when it has at least kWideMinSplits splits
+// (4 or more per warp) and there are at most kWideMaxRows rows (a few
+// waves of blocks; more rows fill the device one warp per row).
+constexpr int kWideMinSplits = 4 * kWideWarps;
+constexpr int64_t kWideMaxRows = 2048;
+
+// Whether wide rows are used: yes, unless the environment variable
+// FMHA_COMBINE_WIDE is "0" (read once; experiments: the one-warp rows timed
+// against the wide ones in one build).
+bool wide_rows_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("FMHA_COMBINE_WIDE");
+    return v == nullptr || v[0] != '0';
+  }();
+  return allowed;
+}
 constexpr int kSplitsPerLane = kCombineMaxSplits / kWarpSize;
 constexpr int kDimsPerLane = kCombineMaxHeadDim / kWarpSize;
 constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // a grid-stride loop takes the rest
 static_assert(kCombineMaxSplits % kWarpSize == 0 && kCombineMaxHeadDim % kWarpSize == 0, "whole lanes");
 
+// warps_per_row: 1 or kWideWarps (block-uniform).
 template <class T, int kC>
 __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
-    split_combine_kernel(const __grid_constant__ SplitCombineParams p) {
+    split_combine_kernel(const __grid_constant__ SplitCombineParams p, int warps_per_row) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // A programmatic dependent launch (SplitCombineParams::dependent_launch)
   // may start before the forward kernel has written its partials; an
@@ -61,6 +84,13 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
   static_assert(kSplitsInFlight % 4 == 0, "the tail below takes 4, then 1 at a time");
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
+  // The block's rows and this warp's row; with several warps per row its
+  // part g of the splits: [lo, hi).
+  const int rows_per_block = kCombineWarps / warps_per_row;
+  const int g = warp % warps_per_row;
+  const int lo = static_cast<int>(static_cast<int64_t>(p.splits) * g / warps_per_row);
+  const int hi = static_cast<int>(static_cast<int64_t>(p.splits) * (g + 1) / warps_per_row);
+  __shared__ float part_acc[kWideWarps][kC][kWarpSize];  // the warps' sums of a wide row
   const int D = p.head_dim;
   const int64_t head_slots = p.heads_q / p.pack;
   const int64_t split_stride = p.rows * D;  // floats between splits of o_s
@@ -69,8 +99,9 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
 #pragma unroll
   for (int c = 0; c < kC; ++c) dim[c] = min(lane + kWarpSize * c, D - 1);
 
-  for (int64_t x = static_cast<int64_t>(blockIdx.x) * kCombineWarps + warp; x < p.rows;
-       x += static_cast<int64_t>(gridDim.x) * kCombineWarps) {
+  // Wide rows (one per block) keep the loop block-uniform: its barriers.
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * rows_per_block + warp / warps_per_row; x < p.rows;
+       x += static_cast<int64_t>(gridDim.x) * rows_per_block) {
     // Row x is query i of head h in batch b (pack-interleaved order).
     const int64_t t = x / p.pack;
     const int64_t i = t % p.seq_q;
@@ -82,7 +113,7 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
     if (p.layout.any()) {
       // Sequence b's own extent (clamped): rows past Nq(b) do not exist.
       // Warp-uniform (one row per warp), so no lane is left out of the
-      // shuffles below.
+      // shuffles below; block-uniform for a wide row.
       const SeqExtent e = seq_extent(p.layout, b);
       if (i >= e.len_q) continue;
       if (p.layout.ragged_q()) {
@@ -120,7 +151,7 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
     }
     sum = warp_sum(sum);
 
-    // O = sum_s a_s o_s / L, splits in order.
+    // O = sum_s a_s o_s / L, splits in order (this warp's: lo .. hi - 1).
     float acc[kC];
 #pragma unroll
     for (int c = 0; c < kC; ++c) acc[c] = 0.f;
@@ -128,8 +159,10 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
 #pragma unroll
     for (int k = 0; k < kSplitsPerLane; ++k) {
       const int s0 = kWarpSize * k;
-      if (s0 >= p.splits) break;
-      const int n = p.splits - s0 < kWarpSize ? p.splits - s0 : kWarpSize;
+      if (s0 >= hi) break;
+      if (s0 + kWarpSize <= lo) continue;
+      const int n = hi - s0 < kWarpSize ? hi - s0 : kWarpSize;  // splits s0 + j, j < n, and j >= j0
+      const int j0 = lo > s0 ? lo - s0 : 0;
       const float* base = src + s0 * split_stride;
       // Splits j .. j + kB - 1: every o load first, then the sums in split
       // order (in-order issue would otherwise stall each pass's FMAs on its
@@ -148,13 +181,28 @@ __global__ void __launch_bounds__(kCombineWarps * kWarpSize)
           for (int c = 0; c < kC; ++c) acc[c] = w != 0.f ? fmaf(w, v[i][c], acc[c]) : acc[c];
         }
       };
-      int j = 0;
+      int j = j0;
       for (; j + kSplitsInFlight <= n; j += kSplitsInFlight) batch(std::integral_constant<int, kSplitsInFlight>{}, j);
       if (j + 4 <= n) {
         batch(std::integral_constant<int, 4>{}, j);
         j += 4;
       }
       for (; j < n; ++j) batch(std::integral_constant<int, 1>{}, j);
+    }
+
+    // A wide row: the warps' sums added in warp order by warp 0 of the row,
+    // which stores it.
+    if (warps_per_row > 1) {
+#pragma unroll
+      for (int c = 0; c < kC; ++c) part_acc[g][c][lane] = acc[c];
+      __syncthreads();
+      if (g == 0) {
+        for (int w = 1; w < warps_per_row; ++w)
+#pragma unroll
+          for (int c = 0; c < kC; ++c) acc[c] += part_acc[w][c][lane];
+      }
+      __syncthreads();  // the next row's sums go to the same place
+      if (g != 0) continue;
     }
 
     // sum >= 1 when a split saw a key (the split at M has l >= 1), 0 when
@@ -190,7 +238,8 @@ bool waits_for_primary(Kernel kernel) {
 }
 
 template <class T, int kC>
-cudaError_t launch_combine(cudaLaunchConfig_t config, bool dependent, const SplitCombineParams& p) {
+cudaError_t launch_combine(cudaLaunchConfig_t config, bool dependent, const SplitCombineParams& p,
+                           int warps_per_row) {
   cudaLaunchAttribute pdl[1];
   pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl[0].val.programmaticStreamSerializationAllowed = 1;
@@ -198,7 +247,7 @@ cudaError_t launch_combine(cudaLaunchConfig_t config, bool dependent, const Spli
     config.attrs = pdl;
     config.numAttrs = 1;
   }
-  return cudaLaunchKernelEx(&config, split_combine_kernel<T, kC>, p);
+  return cudaLaunchKernelEx(&config, split_combine_kernel<T, kC>, p, warps_per_row);
 }
 
 }  // namespace
@@ -210,7 +259,10 @@ fmha_status launch_split_combine(const SplitCombineParams& p, cudaStream_t strea
     return fail(FMHA_ERROR_INTERNAL, "split-KV combine: splits=%d head_dim=%d pack=%lld out of range", p.splits,
                 p.head_dim, static_cast<long long>(p.pack));
   if (p.rows <= 0) return FMHA_SUCCESS;
-  const int64_t want = (p.rows + kCombineWarps - 1) / kCombineWarps;
+  const int warps_per_row =
+      p.splits >= kWideMinSplits && p.rows <= kWideMaxRows && wide_rows_allowed() ? kWideWarps : 1;
+  const int64_t rows_per_block = kCombineWarps / warps_per_row;
+  const int64_t want = (p.rows + rows_per_block - 1) / rows_per_block;
   const unsigned blocks = static_cast<unsigned>(want < kMaxBlocks ? want : kMaxBlocks);
   const int dims_per_lane = (p.head_dim + kWarpSize - 1) / kWarpSize;
   cudaLaunchConfig_t config{};
@@ -221,11 +273,11 @@ fmha_status launch_split_combine(const SplitCombineParams& p, cudaStream_t strea
   static_assert(kDimsPerLane == 8, "buckets below cover head_dim <= 256");
   cudaError_t err;
   switch (dims_per_lane) {
-    case 1: err = launch_combine<T, 1>(config, dep, p); break;
-    case 2: err = launch_combine<T, 2>(config, dep, p); break;
-    case 3: err = launch_combine<T, 3>(config, dep, p); break;
-    case 4: err = launch_combine<T, 4>(config, dep, p); break;
-    default: err = launch_combine<T, 8>(config, dep, p); break;
+    case 1: err = launch_combine<T, 1>(config, dep, p, warps_per_row); break;
+    case 2: err = launch_combine<T, 2>(config, dep, p, warps_per_row); break;
+    case 3: err = launch_combine<T, 3>(config, dep, p, warps_per_row); break;
+    case 4: err = launch_combine<T, 4>(config, dep, p, warps_per_row); break;
+    default: err = launch_combine<T, 8>(config, dep, p, warps_per_row); break;
   }
   if (err != cudaSuccess) {
     cudaGetLastError();  // the runtime records a failed launch as its last error too

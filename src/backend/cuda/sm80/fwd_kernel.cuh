@@ -597,19 +597,22 @@ __device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
 // phase(r) ^ phase(r + 2) in {2, 3}; D = 32 (four rows per bank row)
 // needs phase(r) != phase(r + 4).
 //
-// Thread t copies chunk t % kChunks of rows t / kChunks + pass *
-// kRowsPerPass (whole row segments per warp: coalesced). Rows at or past
-// `n` are zero-filled, as in TileLoader.
+// Thread t of the kCopiers that copy the tile (the CTA, or one key warp
+// copying its own keys) copies chunk t % kChunks of rows t / kChunks +
+// pass * kRowsPerPass (whole row segments per warp: coalesced). Rows at or
+// past `n` are zero-filled, as in TileLoader. at() and phase() hold for a
+// part of a tile too when it starts at a multiple of 8 rows (phase()
+// repeats every 8 rows).
 // ---------------------------------------------------------------------------
-template <class Cfg, int kRows>
+template <class Cfg, int kRows, int kCopiers = Cfg::kThreads>
 struct Fp8KvTile {
   static constexpr int kHeadDim = Cfg::kHeadDim;
   static constexpr int kChunks = kHeadDim / 16;  // 16-byte FP8 chunks per row
-  static constexpr int kRowsPerPass = Cfg::kThreads / kChunks;
+  static constexpr int kRowsPerPass = kCopiers / kChunks;
   static constexpr int kPasses = kRows / kRowsPerPass;
   static_assert(kHeadDim == 32 || kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "FP8 K/V rows are 32, 64, 128 or 256 bytes (the swizzle phases below)");
-  static_assert(Cfg::kThreads % kChunks == 0 && kRows % kRowsPerPass == 0 && kRows % 16 == 0,
+  static_assert(kCopiers % kChunks == 0 && kRows % kRowsPerPass == 0 && kRows % 16 == 0,
                 "FP8 K/V tiles are whole passes of whole rows and whole k16 steps");
 
   __device__ __forceinline__ static int phase(int r) {
@@ -633,11 +636,26 @@ struct Fp8KvTile {
   }
 
   // The tile whose row 0 starts at `first`; rows at or past `count` are
-  // zero-filled (their copies name `valid`, reading nothing).
+  // zero-filled (their copies name `valid`, reading nothing). A whole tile
+  // (count >= kRows: every tile but a sequence's last; CTA-uniform) takes
+  // no per-row test: a pointer step and a copy per pass, the shared
+  // offsets constants past the first kCycle passes (phase() repeats every
+  // 8 rows).
   __device__ static void load_tile(uint32_t raw, const uint8_t* first, int64_t stride, int count,
                                    const uint8_t* valid, int tid) {
     const int r = tid / kChunks;
     const uint8_t* src = first + static_cast<int64_t>(r) * stride + (tid % kChunks) * 16;
+    if (count >= kRows) {
+      constexpr int kCycle = kRowsPerPass % 8 == 0 ? 1 : kRowsPerPass % 4 == 0 ? 2 : kRowsPerPass % 2 == 0 ? 4 : 8;
+      uint32_t dst[kCycle];
+#pragma unroll
+      for (int i = 0; i < kCycle; ++i) dst[i] = raw + own(tid, i);
+      const int64_t step = static_cast<int64_t>(kRowsPerPass) * stride;
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass)
+        cp_async_16(dst[pass % kCycle] + (pass / kCycle) * (kCycle * kRowsPerPass * kHeadDim), src + pass * step);
+      return;
+    }
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const bool in = r + pass * kRowsPerPass < count;
@@ -801,6 +819,62 @@ struct QRowsToF16 {
 };
 
 // ---------------------------------------------------------------------------
+// QFragments: the F16 Q tile of an FP8 K/V kernel, rewritten once per work
+// tile (after QRowsToF16) from rows into WarpQKFp8's A fragments, so that
+// each of its k16 steps reads one 16-byte quad per lane in the register
+// order mma.sync takes: {x.x, y.x, x.y, y.y} (step A of k32 block j) and
+// {x.z, y.z, x.w, y.w} (step B), x and y lane (g, q)'s 16 bytes of rows g
+// and g + 8 at dims 32j + 8q .. +7 (WarpQKFp8's dim order). Read as rows,
+// those quads cost four register moves per mma (H200 SASS, fp8dec3's
+// first checkpoint: 128 IMAD.MOV per 32 mma, a sixth of a tile's
+// instructions). Each 16-row slice keeps its place in the tile and holds
+// its fragments lane-minor, quad h = 2j + step at byte (32 h + lane) 16 of
+// the slice (conflict-free 16-byte reads), D / 32 x 1 KB of the slice's
+// 16 x kPitch x 2 bytes. Each warp rewrites its own slices in place (all
+// its reads before its writes); key warps share the rows: key warp 0
+// rewrites them after every key warp is past its last row read, and the
+// whole CTA calls this (its barriers).
+// ---------------------------------------------------------------------------
+template <class Cfg>
+struct QFragments {
+  static constexpr int kQuads = Cfg::kHeadDim / 16;  // 16-byte A quads per lane and slice
+  static_assert(kQuads * 32 * 16 <= 16 * Cfg::kPitch * 2, "a slice's fragments fit its rows");
+  // Byte offset of slice ms of row group `warp` in the Q tile.
+  __host__ __device__ static constexpr uint32_t slice_offset(int warp, int ms) {
+    return static_cast<uint32_t>((warp * Cfg::kRowsPerWarp + ms * 16) * Cfg::kPitch * 2);
+  }
+  // Byte offset of lane `lane`'s quad h in its slice.
+  __device__ __forceinline__ static uint32_t at(int h, int lane) { return static_cast<uint32_t>((h * 32 + lane) * 16); }
+
+  __device__ static void run(unsigned char* sQ, int row_warp, int key_warp, int lane) {
+    const int q = lane & 3;
+    const int row = row_warp * Cfg::kRowsPerWarp + (lane >> 2);
+    uint4 f[Cfg::kMSlices][kQuads];
+#pragma unroll
+    for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+      for (int j = 0; j < Cfg::kHeadDim / 32; ++j) {
+        const uint4 x = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16, 4 * j + q));
+        const uint4 y = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16 + 8, 4 * j + q));
+        f[ms][2 * j] = make_uint4(x.x, y.x, x.y, y.y);
+        f[ms][2 * j + 1] = make_uint4(x.z, y.z, x.w, y.w);
+      }
+    if constexpr (Cfg::kKeyWarps > 1) __syncthreads();  // every key warp is past its row reads
+    else __syncwarp();                                 // every lane of the warp is
+    if (key_warp == 0) {
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms)
+#pragma unroll
+        for (int h = 0; h < kQuads; ++h)
+          *reinterpret_cast<uint4*>(sQ + slice_offset(row_warp, ms) + at(h, lane)) = f[ms][h];
+    }
+    // The fragments, before any lane (key warp) reads another's.
+    if constexpr (Cfg::kKeyWarps > 1) __syncthreads();
+    else __syncwarp();
+  }
+};
+
+// ---------------------------------------------------------------------------
 // WarpQKFp8: s[ms][nt] = Q[rows of slice ms] . K[keys of n8 tile nt]^T with
 // K raw FP8 (Fp8KvTile). The sum over the head dim may visit the dims in
 // any order that Q and K agree on; this one makes each fragment one plain
@@ -810,8 +884,8 @@ struct QRowsToF16 {
 // 16-byte read each (x, y: 16-bit dims +0..7). The block's two k16 steps
 // then are: step A (k 2q, 2q+1 <- dims +0, +1; k 2q+8, 2q+9 <- dims +2, +3)
 // a = {x.x, y.x, x.y, y.y}, b = {pair(u.x: bytes 0, 1), pair(u.x: 2, 3)};
-// step B (dims +4..7) a = {x.z, y.z, x.w, y.w}, b from u.y alike.
-// In F16 whatever q's dtype: a BF16 q's tile holds F16 rows by then
+// step B (dims +4..7) a = {x.z, y.z, x.w, y.w}, b from u.y alike; each a
+// is one 16-byte read of QFragments' layout. In F16 whatever q's dtype: a BF16 q's tile holds F16 rows by then
 // (QRowsToF16), so K converts to F16 only (Fp8Pairs<__half>).
 // ---------------------------------------------------------------------------
 template <class Cfg>
@@ -826,14 +900,14 @@ struct WarpQKFp8 {
                              int lane) {
     using P = Fp8Pairs<T>;
     const int q = lane & 3;
-    const int row = warp * Cfg::kRowsPerWarp + (lane >> 2);
 #pragma unroll
     for (int j = 0; j < Cfg::kHeadDim / 32; ++j) {
-      uint4 x[Cfg::kMSlices], y[Cfg::kMSlices];
+      uint4 f0[Cfg::kMSlices], f1[Cfg::kMSlices];  // the A quads of step A and B (QFragments)
 #pragma unroll
       for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
-        x[ms] = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16, 4 * j + q));
-        y[ms] = *reinterpret_cast<const uint4*>(sQ + swizzle<Cfg::kPitch>(row + ms * 16 + 8, 4 * j + q));
+        const unsigned char* frag = sQ + QFragments<Cfg>::slice_offset(warp, ms);
+        f0[ms] = *reinterpret_cast<const uint4*>(frag + QFragments<Cfg>::at(2 * j, lane));
+        f1[ms] = *reinterpret_cast<const uint4*>(frag + QFragments<Cfg>::at(2 * j + 1, lane));
       }
 #pragma unroll
       for (int nt = 0; nt < Cfg::kNTiles; ++nt) {
@@ -843,8 +917,8 @@ struct WarpQKFp8 {
         const uint32_t b2 = P::template pair<kKind, 0, 1>(u.y), b3 = P::template pair<kKind, 2, 3>(u.y);
 #pragma unroll
         for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
-          const uint32_t a0[4] = {x[ms].x, y[ms].x, x[ms].y, y[ms].y};
-          const uint32_t a1[4] = {x[ms].z, y[ms].z, x[ms].w, y[ms].w};
+          const uint32_t a0[4] = {f0[ms].x, f0[ms].y, f0[ms].z, f0[ms].w};
+          const uint32_t a1[4] = {f1[ms].x, f1[ms].y, f1[ms].z, f1[ms].w};
           MmaType<T>::mma(s[ms][nt], a0, b0, b1);
           MmaType<T>::mma(s[ms][nt], a1, b2, b3);
         }
@@ -1105,7 +1179,9 @@ __device__ void merge_key_warps(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Soft
 // 1 publishes it and frees the stage of tile t-1, into which K/V[t+S-1]
 // are issued; then "V[t] landed" is wait_group(2S - 2), and barrier 2
 // publishes it (and votes NonFiniteV). No conversion pass, no barrier
-// besides the two a 16-bit tile has.
+// besides the two a 16-bit tile has. With key warps (kOwnKeys) the two
+// barriers are each warp's own (__syncwarp, a warp vote): a key warp
+// copies and reads only its share of every tile.
 // ---------------------------------------------------------------------------
 // kMode: the operand layout this instantiation reads (launch.h: SeqMode).
 // Dense problems read no metadata; ragged and seqused_k problems resolve
@@ -1192,8 +1268,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   using QLoader = TileLoader<T, Cfg, Cfg::kBlockM>;
   using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
   // kFp8Kv: after the Q tile, the raw FP8 stages of K, then those of V
-  // (byte offsets in smem, + stage * kSmemRaw each).
-  using Fp8Tile = Fp8KvTile<Cfg, Cfg::kBlockN>;
+  // (byte offsets in smem, + stage * kSmemRaw each). With key warps
+  // (Cfg::kKeyWarps > 1, Cfg::kOwnKeys) each key warp copies, checks and reads
+  // only its own keys of every tile, rows [key0, key0 + kKeysPerWarp) of
+  // the stage, so it waits for its own copies (cp.async.wait_group and
+  // __syncwarp), not the CTA's: the key warps stream their shares
+  // independently, share the Q tile (read-only in the key loop) and meet
+  // again in merge_key_warps. Otherwise the CTA copies each tile.
+  constexpr bool kOwnKeys = kFp8Kv && Cfg::kOwnKeys;
+  using Fp8Tile = Fp8KvTile<Cfg, kOwnKeys ? Cfg::kKeysPerWarp : Cfg::kBlockN, kOwnKeys ? 32 : Cfg::kThreads>;
+  const int copier = kOwnKeys ? lane : tid;  // this thread's index among a tile's copiers
+  const int copy0 = kOwnKeys ? key0 : 0;     // the first key of the tile they copy
+  const uint32_t copy_off = static_cast<uint32_t>(copy0 * Cfg::kHeadDim);  // its byte offset in a raw stage
   constexpr int kRawStages = Fp8StagesOf<Cfg, kFp8Kv>::value;
   constexpr uint32_t kRawBytes = Fp8StagesOf<Cfg, kFp8Kv>::bytes;
   constexpr uint32_t rawK = Cfg::kSmemQ;
@@ -1242,10 +1328,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kFp8Kv) {
       if constexpr (kPaged)
         Fp8Tile::load_paged(
-            sQ + dst, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, one_page, n0, w.len_k(p),
-            tid);
+            sQ + dst + copy_off, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, one_page,
+            n0 + copy0, w.len_k(p), copier);
       else
-        Fp8Tile::load(sQ + dst, k, p.k_stride[2], n0, w.len_k(p), tid);
+        Fp8Tile::load(sQ + dst + copy_off, k, p.k_stride[2], n0 + copy0, w.len_k(p), copier);
     } else if constexpr (kPaged) {
       KVLoader::load_paged(dst, k, p.k_stride[2], staged_row(n0, p.k_stride[0], p.k_stride[2]), run, n0,
                            w.len_k(p), tid);
@@ -1257,10 +1343,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kFp8Kv) {
       if constexpr (kPaged)
         Fp8Tile::load_paged(
-            sQ + dst, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, one_page, n0, w.len_k(p),
-            tid);
+            sQ + dst + copy_off, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, one_page,
+            n0 + copy0, w.len_k(p), copier);
       else
-        Fp8Tile::load(sQ + dst, v, p.v_stride[2], n0, w.len_k(p), tid);
+        Fp8Tile::load(sQ + dst + copy_off, v, p.v_stride[2], n0 + copy0, w.len_k(p), copier);
     } else if constexpr (kPaged) {
       KVLoader::load_paged(dst, v, p.v_stride[2], staged_row(n0, p.v_stride[0], p.v_stride[2]), run, n0,
                            w.len_k(p), tid);
@@ -1398,6 +1484,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // leaves F32's normal range (a row's max |q| below ~2^-100 under a score
   // factor below 1: logits ~0, a uniform row either way).
   [[maybe_unused]] float q_row_factor[Cfg::kMSlices][2];
+  if constexpr (kFp8Kv && !kQkRowScaled) {
+    cp_async_wait<2 * kRawStages - 3>();
+    __syncthreads();  // every thread's Q chunks (the copies spread rows over warps)
+  }
   if constexpr (kQkRowScaled) {
     cp_async_wait<2 * kRawStages - 3>();
     __syncthreads();  // every thread's Q chunks (the copies spread rows over warps)
@@ -1412,6 +1502,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     if constexpr (kSoftcap) cap_in = 1.f;
     else score_log2 = 1.f;
   }
+  // FP8 K/V: Q's (F16) rows into WarpQKFp8's A fragments, once per work tile.
+  if constexpr (kFp8Kv) QFragments<Cfg>::run(smem, row_warp, key_warp, lane);
   [[maybe_unused]] int raw_stage = 0;  // kFp8Kv: (t - t_begin) % kRawStages
   int stage_i = 0;                     // 16-bit: (t - t_begin) % S
   for (int t = w.t_begin; t < w.t_end; ++t) {
@@ -1423,7 +1515,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
     if constexpr (kFp8Kv) {
       cp_async_wait<2 * kRawStages - 3>();  // K[t] landed (this thread's part) ...
-      __syncthreads();  // ... everyone's; and every warp is done with tile t-1's stage
+      // ... every copier's; and they are all done with tile t-1's stage
+      if constexpr (kOwnKeys) __syncwarp();
+      else __syncthreads();
       const int ahead = t + kRawStages - 1;
       const int free_stage = raw_stage == 0 ? kRawStages - 1 : raw_stage - 1;  // tile t-1's
       if (ahead < w.t_end) load_k(rawK + free_stage * kRawBytes, ahead * Cfg::kBlockN);
@@ -1525,8 +1619,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       // The barrier publishes V[t] and votes NonFiniteV (edge tiles only).
       const int n0 = t * Cfg::kBlockN;
       const bool check = kGuardNonFiniteV && (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min);
-      v_bad = check && Fp8Tile::non_finite(smem + rawV + raw_stage * kRawBytes, tid, e4m3);
-      guard = __syncthreads_or(v_bad) != 0;
+      v_bad = check && Fp8Tile::non_finite(smem + rawV + raw_stage * kRawBytes + copy_off, copier, e4m3);
+      if constexpr (kOwnKeys) {
+        __syncwarp();  // the warp's copies of V[t], to every lane
+        guard = __any_sync(0xffffffffu, v_bad);
+      } else {
+        guard = __syncthreads_or(v_bad) != 0;
+      }
     } else {
       if (staged)
         cp_async_wait<3>();  // V[t] landed (this thread's part; B[t+1] may not have)

@@ -31,12 +31,15 @@ fmha_status launch_fwd_tile(const FwdParams& p, const LaunchArgs& a) {
 // The tile a kernel runs: Cfg, except that the 16-bit decode tile
 // (Sm80Tuning::Narrow) becomes its layout's and score ops' own
 // (tile_config.h: with_decode16_tile and Decode16Tile, which the host plan
-// reads too).
+// reads too), and the FP8 K/V decode tile with_fp8kv_decode_tile's.
 template <class T, bool kFp8Kv, class Cfg, ScoreOps kOps, SeqMode kMode>
 fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
   constexpr int kD = Cfg::kHeadDim;
   constexpr bool kPaged = kMode == SeqMode::kPaged;
-  if constexpr (kFp8Kv || !std::is_same<Cfg, typename Sm80Tuning<kD>::Narrow>::value) {
+  if constexpr (kFp8Kv && std::is_same<Cfg, Fp8KvDecodeTile<kD>>::value) {
+    return with_fp8kv_decode_tile<kD, kOps == ScoreOps::kNone>(
+        [&](auto tile) { return launch_fwd_tile<T, kFp8Kv, decltype(tile), kOps, kMode>(p, a); });
+  } else if constexpr (kFp8Kv || !std::is_same<Cfg, typename Sm80Tuning<kD>::Narrow>::value) {
     return launch_fwd_tile<T, kFp8Kv, Cfg, kOps, kMode>(p, a);
   } else if constexpr (kOps == ScoreOps::kAll) {
     return launch_fwd_tile<T, kFp8Kv, Decode16Tile<kD, kPaged, true>, kOps, kMode>(p, a);

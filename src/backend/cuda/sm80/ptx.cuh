@@ -24,6 +24,12 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
                "r"(full ? 16 : 0));
 }
 
+// 16-byte asynchronous copy of a chunk known to be in range (no zero-fill
+// operand).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+
 // 4-byte asynchronous copy (block-table entries); `src` 4-byte aligned.
 __device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));

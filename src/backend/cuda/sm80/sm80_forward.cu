@@ -56,13 +56,22 @@ const char* decode16_name(bool paged) {
 
 // The tile a problem runs (the launch's choice, fwd_launch.cuh: the 16-bit
 // decode tile by layout, score ops and the plan's paged tile,
-// sm80::with_decode16_tile).
+// sm80::with_decode16_tile; the FP8 K/V decode tile,
+// sm80::with_fp8kv_decode_tile). ops: the launch's (launch_ops).
 template <int kHeadDim>
 Shape shape_for(bool narrow, bool fp8_kv, ScoreOps ops, bool paged, sm80::PagedTile paged_tile) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
   const bool score_ops = ops == ScoreOps::kAll && !fp8_kv;  // the FP8 K/V kernels stage no bias
   if (fp8_kv && !narrow) return shape_of<typename Tuning::WideFp8Kv>(score_ops, "WideFp8Kv");
-  if (fp8_kv) return shape_of<sm80::Fp8KvDecodeTile<kHeadDim>>(score_ops, "NarrowFp8Kv");
+  if (fp8_kv) {
+    auto fp8_shape = [](auto tile) {
+      return shape_of<decltype(tile)>(false, std::is_same<decltype(tile), sm80::Fp8KvDecodeTile<kHeadDim>>::value
+                                                 ? "NarrowFp8Kv"
+                                                 : "an experiment's FP8 decode tile (FMHA_SM80_FP8KV_TILE)");
+    };
+    return ops == ScoreOps::kNone ? sm80::with_fp8kv_decode_tile<kHeadDim, true>(fp8_shape)
+                                  : sm80::with_fp8kv_decode_tile<kHeadDim, false>(fp8_shape);
+  }
   if (!narrow) return shape_of<typename Tuning::Wide>(score_ops, "Wide");
   if (score_ops) return shape_of<sm80::Decode16Tile<kHeadDim, false, true>>(true, "Narrow");
   auto shape = [paged](auto tile) {
@@ -139,6 +148,16 @@ const char* dtype_combination_refused(const Problem& p) {
   if (is_fp8(p.kv_dtype) && (p.has_bias() || p.alibi_slopes != nullptr))
     return "does not run a bias or ALiBi with FP8 K/V (cuda_generic does)";
   return nullptr;
+}
+
+// The score ops of the kernel a problem launches. Descales take no kAll
+// kernel here: the FP8 K/V kernels fold them in (and only they run them),
+// so the host plan picks its tile with these, not score_ops_of() (an
+// experiments build's FP8 candidates are plain kernels only).
+ScoreOps launch_ops(const Problem& p) {
+  return p.has_bias() || p.alibi_slopes != nullptr ? ScoreOps::kAll
+         : p.softcap != 0.f                        ? ScoreOps::kSoftcap
+                                                   : ScoreOps::kNone;
 }
 
 // How one problem runs: tile, packing, grid, splits. supports, workspace and
@@ -222,7 +241,7 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const int64_t pack = group > 1 && p.seq_q * group <= kMaxPackedRows ? group : 1;
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool fp8_kv = is_fp8(p.kv_dtype);
-  const ScoreOps ops = score_ops_of(p);
+  const ScoreOps ops = launch_ops(p);
   PagedChoice choice;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
     constexpr int kD = decltype(head_dim)::value;
@@ -301,11 +320,7 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   a.blocks = plan.grid.blocks();
   a.narrow = plan.narrow;
   a.paged_tile = plan.paged_tile;
-  // Descales take no kAll kernel here: the FP8 K/V kernels fold them in
-  // (and only they run them).
-  a.ops = p.has_bias() || p.alibi_slopes != nullptr ? ScoreOps::kAll
-          : p.softcap != 0.f                        ? ScoreOps::kSoftcap
-                                                    : ScoreOps::kNone;
+  a.ops = launch_ops(p);
   a.mode = seq_mode(p.layout);
   if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   a.device = dev.ordinal;

@@ -23,9 +23,11 @@ struct TileConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;  // __launch_bounds__ register cap
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kStages = kStages_;
-  // Warps that split each key tile among themselves (Fp8KvTileConfig only).
+  // Warps that split each key tile among themselves (Fp8KvTileConfig only),
+  // and whether each copies its own keys (kOwnKeys; fwd_kernel.cuh).
   static constexpr int kKeyWarps = 1;
   static constexpr int kKeysPerWarp = kBlockN;
+  static constexpr bool kOwnKeys = false;
 
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
   static constexpr int kMSlices = kRowsPerWarp / 16;  // m16 slices per warp
@@ -76,17 +78,20 @@ struct TileConfig {
 // each fragment load (fwd_kernel.cuh: WarpQKFp8, WarpPVFp8). Only the Q
 // tile is 16-bit.
 //
-// kKeyWarps > 1 (an experiment, FMHA_SM80_FP8KV_TILE_D128's fourth field):
-// kKeyWarps warps share each group of rows and split every key tile, warp
+// kKeyWarps > 1 (the tuned decode tiles: 2): kKeyWarps warps share each
+// group of rows and split every key tile, warp
 // g taking keys [g kKeysPerWarp, (g + 1) kKeysPerWarp) of it, each with its
 // own running max / sum and O (kNTiles is then a warp's share), merged
 // through shared memory after the key loop (fwd_kernel.cuh: merge_key_warps).
-// Several independent per-tile chains per CTA, one barrier pair per tile.
+// Each key warp also copies its own keys of every tile and waits for its
+// own copies only (fwd_kernel.cuh: kOwnKeys), so the CTA holds several
+// independent streams with no barrier in the key loop.
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kRawStages_,
           int kKeyWarps_ = 1>
 struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_> {
   using Base = TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_>;
   static constexpr int kKeyWarps = kKeyWarps_;
+  static constexpr bool kOwnKeys = kKeyWarps > 1;
   static constexpr int kThreads = kWarps_ * kKeyWarps * 32;
   static constexpr int kKeysPerWarp = kBlockN_ / kKeyWarps;
   static constexpr int kNTiles = kKeysPerWarp / 8;  // n8 tiles of S per slice and warp
@@ -103,6 +108,13 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
   static_assert(kKeyWarps == 1 || kWarps_ == 1, "key warps split the tile of a one-warp row group");
   static_assert(kKeysPerWarp % 16 == 0, "each key warp takes whole k16 steps of P V");
   static_assert(kHeadDim_ % 32 == 0, "whole 32-byte (k32) blocks of an FP8 key row");
+};
+
+// An experiment's variant of a key-warp tile whose key warps share each
+// tile's copies and the CTA's barrier pair (the tile before kOwnKeys).
+template <class Tile>
+struct SharedKeyCopies : Tile {
+  static constexpr bool kOwnKeys = false;
 };
 
 // Per head dim, for sm_80 and newer (one build serves sm_80 and sm_90; the
@@ -158,10 +170,18 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
 //   mixed against 0.985 / 0.938, B=1 0.907 against 0.959): NarrowStream
 //   stays one tile.
 // NarrowFp8Kv: the decode tile of an FP8 KV cache (the kFp8Kv
-//   instantiations, units of <= 32 rows). The 16-bit narrow shape (one
-//   warp x 16 rows) with the K/V stages kept FP8 and converted in registers
-//   after each fragment load, three raw stages (half the bytes of a 16-bit
-//   stage) and four CTAs per SM. H200, GQA 32/8, D=128, Nq=1, K+V bytes
+//   instantiations, units of <= 32 rows). 16 rows with the K/V stages kept
+//   FP8 and converted in registers after each fragment load, three raw
+//   stages (half the bytes of a 16-bit stage), four CTAs per SM, and two
+//   key warps splitting each key tile (kKeyWarps = 2: two independent
+//   chains per tile, merged after the key loop). H200, 2026-12-01 morning,
+//   BF16 GQA 32/8 D=128 Nq=1 (docs/performance.md, "FP8 KV decode, third
+//   pass"), 64 keys x 3 stages x 4 CTAs, one key warp against two, of
+//   copy: B=1 Nk=131072 BF16 q e4m3 0.667 -> 0.760, e5m2 0.710 -> 0.768,
+//   F16 q e4m3 0.710 -> 0.750; B=16 Nk=8192 0.723 -> 0.798; paged ps=64
+//   0.507 -> 0.655 (B=1), 0.535 -> 0.702 (B=16). D=64 and D=256 take two
+//   key warps too (not measured before; tools/device/fp8dec3.sh's "kw1").
+//   Before key warps (one warp x 16 rows): H200, GQA 32/8, D=128, Nq=1, K+V bytes
 //   against the copy bandwidth (docs/performance.md, 2026-12-01): BF16 q
 //   e4m3 0.50 (B=1 Nk=131072) / 0.61 (B=16 Nk=8192), F16 q e5m2 0.70 /
 //   0.84; the previous FP8 tile (4 warps converting each raw tile into a
@@ -189,7 +209,7 @@ struct Sm80Tuning<32> {
   using NarrowStream = Narrow;
   using NarrowPaged = Narrow;
   using NarrowPagedMany = NarrowPaged;  // one paged decode tile
-  using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3>;
+  using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3, 2>;
   using WideFp8Kv = Fp8KvTileConfig<32, 64, 128, 4, 2, 3>;
 };
 
@@ -200,7 +220,7 @@ struct Sm80Tuning<64> {
   using NarrowStream = Narrow;
   using NarrowPaged = Narrow;
   using NarrowPagedMany = NarrowPaged;  // one paged decode tile
-  using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3>;
+  using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3, 2>;
   using WideFp8Kv = Fp8KvTileConfig<64, 64, 128, 4, 2, 3>;
 };
 
@@ -219,7 +239,7 @@ struct Sm80Tuning<96> {
 // An experiment's D=128 FP8 tile: FMHA_SM80_FP8KV_TILE_D128 (a CMake cache
 // variable, empty by default) = "kBlockN,kMinBlocksPerSm,kRawStages[,kKeyWarps]"
 // of a 16-row tile, compiled into the FP8 units and the host plan alike
-// (tools/device/fp8dec.sh compares a few against the default).
+// (tools/device/fp8dec3.sh compares a few against the default).
 template <int kBlockN, int kMinBlocksPerSm, int kRawStages, int kKeyWarps = 1>
 using Fp8KvTileD128 = Fp8KvTileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kRawStages, kKeyWarps>;
 
@@ -240,7 +260,7 @@ struct Sm80Tuning<128> {
   using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES,
                                     FMHA_SM80_FP8KV_D128_KEY_WARPS>;
 #else
-  using NarrowFp8Kv = Fp8KvTileD128<64, 4, 3>;
+  using NarrowFp8Kv = Fp8KvTileD128<64, 4, 3, 2>;
 #endif
   using WideFp8Kv = Fp8KvTileConfig<128, 64, 64, 4, 2, 3>;
 };
@@ -252,7 +272,7 @@ struct Sm80Tuning<256> {
   using NarrowStream = Narrow;
   using NarrowPaged = Narrow;
   using NarrowPagedMany = NarrowPaged;  // one paged decode tile
-  using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3>;
+  using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3, 2>;
   using WideFp8Kv = Fp8KvTileConfig<256, 64, 32, 4, 2, 3>;
 };
 
@@ -321,6 +341,53 @@ auto with_decode16_tile(PagedTile paged_tile, Fn&& fn) {
 // The FP8 K/V decode tile of head dim D (either q dtype).
 template <int kHeadDim>
 using Fp8KvDecodeTile = typename Sm80Tuning<kHeadDim>::NarrowFp8Kv;
+
+// Experiments (a build with FMHA_SM80_FP8KV_EXPERIMENTS=ON, CMake): the
+// FP8 K/V units' plain kernels (ScoreOps::kNone) also compile the candidate
+// decode tiles below, and FMHA_SM80_FP8KV_TILE (read once per process, by
+// the host plan and the launch alike) picks one by name: "kw1" is the
+// head dim's tile with one key warp, "cta" its key warps sharing each
+// tile's copies and the CTA's barriers (SharedKeyCopies); the others are
+// D=128 tiles "kBlockN.kMinBlocksPerSm.kRawStages.kKeyWarps" (other head
+// dims keep theirs). Unset or unknown: Fp8KvDecodeTile. tools/device/fp8dec3.sh
+// times them.
+#if FMHA_SM80_FP8KV_EXPERIMENTS
+constexpr const char* kFp8KvTileNames[] = {"kw1",      "64.3.4.4", "64.4.3.4", "128.3.2.4",
+                                           "32.7.3.2", "128.2.3.2", "cta"};
+inline int sm80_fp8kv_tile_choice() {
+  static const int choice = env_choice("FMHA_SM80_FP8KV_TILE", kFp8KvTileNames);
+  return choice;
+}
+#endif
+
+// fn(Cfg{}) with the FP8 K/V decode tile of head dim kHeadDim for a plain
+// kernel (kPlain) or not: Fp8KvDecodeTile, or in an experiments build a
+// plain kernel's candidate.
+template <int kHeadDim, bool kPlain, class Fn>
+auto with_fp8kv_decode_tile(Fn&& fn) {
+  using Tile = Fp8KvDecodeTile<kHeadDim>;
+#if FMHA_SM80_FP8KV_EXPERIMENTS
+  if constexpr (kPlain) {
+    const int choice = sm80_fp8kv_tile_choice();
+    if (choice == 1)
+      return fn(Fp8KvTileConfig<kHeadDim, Tile::kBlockM, Tile::kBlockN, Tile::kWarps, Tile::kMinBlocksPerSm,
+                                Tile::kRawStages, 1>{});
+    if constexpr (Tile::kOwnKeys)
+      if (choice == 7) return fn(SharedKeyCopies<Tile>{});
+    if constexpr (kHeadDim == 128) {
+      switch (choice) {
+        case 2: return fn(Fp8KvTileD128<64, 3, 4, 4>{});
+        case 3: return fn(Fp8KvTileD128<64, 4, 3, 4>{});
+        case 4: return fn(Fp8KvTileD128<128, 3, 2, 4>{});
+        case 5: return fn(Fp8KvTileD128<32, 7, 3, 2>{});
+        case 6: return fn(Fp8KvTileD128<128, 2, 3, 2>{});
+        default: break;
+      }
+    }
+  }
+#endif
+  return fn(Tile{});
+}
 
 // Every instantiated head dim (the build's list, FMHA_SM80_INSTANCES) has
 // its tuning, keyed by the right head dim.
