@@ -893,7 +893,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       al.d_hi = static_cast<int>(row0 + 15 + dg);
     }
     // The key tile's terms by bias dtype and ALiBi (uniform branches).
-    auto terms = [&](int t, bool init, const uint32_t(&addr)[2]) {
+    // Instantiated for the score-ops kernels only (the plain D=256 tile's
+    // 80 keys are not whole ldmatrix x4 groups).
+    auto terms = [&](int t, bool init, const uint32_t(&addr)[2]) -> bool {
+      if constexpr (!kAllOps) {
+        return false;
+      } else {
       const int n0 = t * Cfg::kBlockN;
       constexpr int kPanel = 64 * 128;  // a 64-key panel of the consumer's 64 rows
       constexpr bool kSc = !kQInRegs;   // init multiplies by f unless Q carries the factor
@@ -916,6 +921,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                     : tile_terms<__half, false, true, true, true>(s, f, addr, kPanel, al, n0);
       return bf16 ? tile_terms<__nv_bfloat16, false, true, true, false>(s, f, addr, kPanel, al, n0)
                   : tile_terms<__half, false, true, true, false>(s, f, addr, kPanel, al, n0);
+      }
     };
     // Key tile t's bias tile from the ring into s (init: as Q K^T's
     // starting value, divided by the score factor; else added after
