@@ -452,8 +452,13 @@ TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per s
   cudaDeviceProp prop{};
   REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
   const int64_t D = 128, Hq = 32, Hk = 8, ps = 16;
-  fmha_gpu_test::CudaBuffer buf(1 << 20), out(1 << 20);  // inputs, o (which may not overlap them)
-  REQUIRE((buf.ok() && out.ok()));
+  // One allocation: o in its first MiB, the inputs from the second on. The
+  // K/V views claim hundreds of MiB past their base, so o must lie below
+  // them (a separate allocation may sit inside that claimed range).
+  fmha_gpu_test::CudaBuffer all(2 << 20);
+  REQUIRE(all.ok());
+  void* const out_base = all.get();
+  void* const in_base = static_cast<char*>(all.get()) + (1 << 20);
   auto plan_of = [&](int64_t B, int64_t nk, int32_t splits, float softcap) {
     const int64_t pages = B * nk / ps;
     fmha_forward_params p;
@@ -470,12 +475,12 @@ TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per s
       }
       return t;
     };
-    p.q = tensor(B, Hq, 1, buf.get());
-    p.o = tensor(B, Hq, 1, out.get());
-    p.k = tensor(pages, Hk, ps, buf.get());
-    p.v = tensor(pages, Hk, ps, buf.get());
-    p.seqused_k = static_cast<const int32_t*>(buf.get());
-    p.block_table = static_cast<const int32_t*>(buf.get());
+    p.q = tensor(B, Hq, 1, in_base);
+    p.o = tensor(B, Hq, 1, out_base);
+    p.k = tensor(pages, Hk, ps, in_base);
+    p.v = tensor(pages, Hk, ps, in_base);
+    p.seqused_k = static_cast<const int32_t*>(in_base);
+    p.block_table = static_cast<const int32_t*>(in_base);
     p.block_table_stride = nk / ps;
     p.num_splits = splits;
     p.softcap = softcap;
