@@ -91,6 +91,20 @@ class CudaBuffer {
   size_t bytes_ = 0;
 };
 
+// A row-major (contiguous) [d0, d1, d2, d3] view of `data`.
+inline fmha_tensor contiguous_tensor(void* data, fmha_dtype dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  fmha_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  const int64_t dims[4] = {d0, d1, d2, d3};
+  const int64_t strides[4] = {d1 * d2 * d3, d2 * d3, d3, 1};
+  for (int i = 0; i < 4; ++i) {
+    t.dims[i] = dims[i];
+    t.strides[i] = strides[i];
+  }
+  return t;
+}
+
 // ---- hashed tensors -------------------------------------------------------
 
 // The value of element `offset` (in elements) of a hashed buffer with

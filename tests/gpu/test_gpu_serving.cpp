@@ -393,16 +393,7 @@ TEST_CASE("serving: explain names why cuda_sm90_ws is passed over for a paged de
   fmha_forward_params p;
   fmha_forward_params_init(&p);
   auto tensor = [&](void* data, int64_t d0, int64_t d1, int64_t d2) {
-    fmha_tensor t{};
-    t.data = data;
-    t.dtype = FMHA_DTYPE_BF16;
-    const int64_t dims[4] = {d0, d1, d2, D};
-    const int64_t strides[4] = {d1 * d2 * D, d2 * D, D, 1};
-    for (int i = 0; i < 4; ++i) {
-      t.dims[i] = dims[i];
-      t.strides[i] = strides[i];
-    }
-    return t;
+    return fmha_gpu_test::contiguous_tensor(data, FMHA_DTYPE_BF16, d0, d1, d2, D);
   };
   p.q = tensor(q.get(), 2, Hq, 1);
   p.o = tensor(o.get(), 2, Hq, 1);
@@ -464,16 +455,7 @@ TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per s
     fmha_forward_params p;
     fmha_forward_params_init(&p);
     auto tensor = [&](int64_t d0, int64_t d1, int64_t d2, void* data) {
-      fmha_tensor t{};
-      t.data = data;
-      t.dtype = FMHA_DTYPE_BF16;
-      const int64_t dims[4] = {d0, d1, d2, D};
-      const int64_t strides[4] = {d1 * d2 * D, d2 * D, D, 1};
-      for (int i = 0; i < 4; ++i) {
-        t.dims[i] = dims[i];
-        t.strides[i] = strides[i];
-      }
-      return t;
+      return fmha_gpu_test::contiguous_tensor(data, FMHA_DTYPE_BF16, d0, d1, d2, D);
     };
     p.q = tensor(B, Hq, 1, in_base);
     p.o = tensor(B, Hq, 1, out_base);
