@@ -1,5 +1,7 @@
-// Which of a list of names an environment variable holds: the measurement
-// switches of experiment builds (candidate tile configs picked at run time).
+// The measurement switches read from the environment: which of a list of
+// names a variable holds (candidate tile configs of experiment builds,
+// picked at run time), or its integer value (A/B switches of default
+// builds). Callers read them once, into a function-local static.
 #pragma once
 
 #include <cstdlib>
@@ -16,6 +18,13 @@ inline int env_choice(const char* variable, const char* const (&names)[kCount]) 
   for (int i = 0; i < kCount; ++i)
     if (std::strcmp(v, names[i]) == 0) return i + 1;
   return 0;
+}
+
+// The variable's integer value (atoll), or `fallback` when it is unset or
+// empty.
+inline long long env_int(const char* variable, long long fallback) {
+  const char* v = std::getenv(variable);
+  return v != nullptr && *v != '\0' ? std::atoll(v) : fallback;
 }
 
 }  // namespace fmha::cuda

@@ -34,10 +34,10 @@
 #include "backend/cuda/common/split_combine.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <type_traits>
 
 #include "backend/cuda/common/device_math.cuh"
+#include "backend/cuda/common/env_choice.h"
 #include "core/error.h"
 
 namespace fmha::cuda {
@@ -52,13 +52,10 @@ constexpr int kWideMinSplits = 4 * kWideWarps;
 constexpr int64_t kWideMaxRows = 2048;
 
 // Whether wide rows are used: yes, unless the environment variable
-// FMHA_COMBINE_WIDE is "0" (read once; experiments: the one-warp rows timed
+// FMHA_COMBINE_WIDE is 0 (read once; experiments: the one-warp rows timed
 // against the wide ones in one build).
 bool wide_rows_allowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("FMHA_COMBINE_WIDE");
-    return v == nullptr || v[0] != '0';
-  }();
+  static const bool allowed = env_int("FMHA_COMBINE_WIDE", 1) != 0;
   return allowed;
 }
 constexpr int kSplitsPerLane = kCombineMaxSplits / kWarpSize;

@@ -11,8 +11,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 
+#include "backend/cuda/common/env_choice.h"
 #include "backend/cuda/common/fwd_params.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/sm90/instances.h"  // generated: the instantiations
@@ -65,10 +65,7 @@ FMHA_SM90_FP8_INSTANCES(FMHA_SM90_FP8_EXTERN_)
 // D=64 +3.5%, batched GQA B8 H32/8 N2048 +4%; 32 MiB: within noise of 16.
 // The 16-bit and the FP8 launches both read it (elements of 2 and 1 bytes).
 inline int64_t l2_band_mib() {
-  static const int64_t mib = [] {
-    const char* v = std::getenv("FMHA_SM90_L2_BAND_MIB");
-    return v != nullptr && *v != '\0' ? std::atoll(v) : int64_t{FMHA_SM90_L2_BAND_MIB};
-  }();
+  static const int64_t mib = env_int("FMHA_SM90_L2_BAND_MIB", FMHA_SM90_L2_BAND_MIB);
   return mib;
 }
 
@@ -76,10 +73,7 @@ inline int64_t l2_band_mib() {
 // bias into L2 (fwd_kernel.cuh, load_bias): FMHA_SM90_BIAS_PREFETCH, read
 // once, default 1 (0: none; docs/performance.md, branch issue14-bias3).
 inline int bias_prefetch_tiles() {
-  static const int tiles = [] {
-    const char* v = std::getenv("FMHA_SM90_BIAS_PREFETCH");
-    return v != nullptr && *v != '\0' ? std::atoi(v) : 1;
-  }();
+  static const int tiles = static_cast<int>(env_int("FMHA_SM90_BIAS_PREFETCH", 1));
   return tiles;
 }
 
