@@ -45,17 +45,10 @@ set(FMHA_SM90_INSTANCES
 # cuda_sm90_ws's 16-bit kernels (issue 8; docs/performance.md, "Issue 8:
 # cuda_sm90_ws's plain 16-bit kernel toward cuDNN", has the H200 run): the
 # L2 budget (MiB) of the work order's bands of (batch, head) units (0: one
-# band; 16 MiB: +2-8% over one band, 32 MiB within noise of 16); and two
-# experiments of the plain kernel, measured neutral and off: the softmax
-# row sums on the tensor core (1) or in FADDs (0), the wgmma descriptors'
-# 32-bit advance (1) or 64-bit (0).
+# band; 16 MiB: +2-8% over one band, 32 MiB within noise of 16).
 set(FMHA_SM90_L2_BAND_MIB "16" CACHE STRING "cuda_sm90_ws: L2 budget in MiB of the work order's unit bands (0: none)")
-set(FMHA_SM90_ROWSUM_MMA "0" CACHE STRING "cuda_sm90_ws experiment: row sums on the P V MMA (1) or in FADDs (0)")
-set(FMHA_SM90_DESC_ADD32 "0" CACHE STRING "cuda_sm90_ws experiment: wgmma descriptors advanced by a 32-bit add (1)")
-if(NOT FMHA_SM90_ROWSUM_MMA MATCHES "^[01]$" OR NOT FMHA_SM90_L2_BAND_MIB MATCHES "^[0-9]+$" OR
-   NOT FMHA_SM90_DESC_ADD32 MATCHES "^[01]$")
-  message(FATAL_ERROR "FMHA_SM90_ROWSUM_MMA (0 or 1) / FMHA_SM90_L2_BAND_MIB (MiB) / FMHA_SM90_DESC_ADD32 (0 or 1): "
-                      "'${FMHA_SM90_ROWSUM_MMA}' / '${FMHA_SM90_L2_BAND_MIB}' / '${FMHA_SM90_DESC_ADD32}'")
+if(NOT FMHA_SM90_L2_BAND_MIB MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "FMHA_SM90_L2_BAND_MIB (MiB): '${FMHA_SM90_L2_BAND_MIB}'")
 endif()
 
 # Benchmarking builds only: the sm90 FP8 units also compile the candidate tile

@@ -100,9 +100,6 @@ struct OnlineSoftmax {
   // before step 4): step() does 1, 2 and 4 and leaves in alpha the factor of step 3
   // (1 where m did not move); the caller applies it with rescale() once O is
   // its own again. Returns whether any alpha differs from 1 (warp-uniform).
-  // kSumRows = false leaves l alone (neither rescaled nor summed): for a
-  // kernel whose MMA sums p beside P V, so the sum is rescaled with O.
-  template <bool kSumRows = true>
   __device__ __forceinline__ bool step(float (&s)[kMSlices][kNTiles][4], float c, float (&alpha)[kMSlices][2]) {
     float mx[kMSlices][2];
     bool grow = false;
@@ -127,7 +124,7 @@ struct OnlineSoftmax {
           const float x = mx[ms][hh];
           alpha[ms][hh] = fast_exp2(m[ms][hh] * c - (x == kNegInf ? 0.f : x * c));
           m[ms][hh] = x;
-          if constexpr (kSumRows) l[ms][hh] *= alpha[ms][hh];
+          l[ms][hh] *= alpha[ms][hh];
         }
     }
 #pragma unroll
@@ -135,15 +132,7 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const float base = m[ms][hh] == kNegInf ? 0.f : m[ms][hh] * c;
-        if constexpr (kSumRows) {
-          l[ms][hh] += exp_row(s, ms, hh, c, base);
-        } else {
-#pragma unroll
-          for (int i = 0; i < 2 * kNTiles; ++i) {
-            float& x = s[ms][i / 2][2 * hh + i % 2];
-            x = fast_exp2(fmaf(x, c, -base));
-          }
-        }
+        l[ms][hh] += exp_row(s, ms, hh, c, base);
       }
     return any;
   }

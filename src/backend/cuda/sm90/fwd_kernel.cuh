@@ -148,8 +148,6 @@ struct SmemLayout {
   __device__ unsigned char* bias(int s, int cw) const {
     return base + Cfg::kBiasOffset + s * Cfg::kBiasStageBytes + cw * Cfg::kBiasBytes;
   }
-  // The ones tile of the row-sum MMA (Cfg::kRowSumMma; wgmma.cuh).
-  __device__ unsigned char* ones() const { return base + Cfg::kOnesOffset; }
   // The work tile the producer hands the consumers with Q (-1: no more).
   __device__ volatile int64_t* tile_slot() const {
     return reinterpret_cast<volatile int64_t*>(bars() + 2 + 4 * Cfg::kStages +
@@ -543,10 +541,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // 3-consumer ones (D=64, 160 registers: the copy spilled, 92 / 108 bytes
   // against 64 / 52, some of it in the diagonal tiles' mask code; not run).
   constexpr bool kTakeTile = !kScoreOps && Cfg::kConsumers == 2;
-  // The row sums on the tensor core and the 32-bit descriptor advance
-  // (tile_config.h), plain kernels only (measured there).
-  constexpr bool kRowSum = Cfg::kRowSumMma && !kScoreOps;
-  constexpr bool kDesc32 = Cfg::kDescAdd32 && !kScoreOps;
   constexpr int kNTiles = Cfg::kBlockN / 8;
   constexpr int kDTiles = D / 8;
   using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
@@ -565,7 +559,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
     mbar_init_fence();
   }
-  if constexpr (kRowSum) fill_ones_tile<T>(sm.ones(), threadIdx.x, Cfg::kThreads);
   __syncthreads();
 
   if (wg == 0) {
@@ -594,11 +587,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   auto& s_flat = reinterpret_cast<float(&)[Cfg::kBlockN / 2]>(s);
   uint32_t pf[Cfg::kBlockN / 16][4];  // P as the m16n8k16 A fragments of P V's k16 steps
   float alpha[1][2];
-  // kRowSum: the row sums of P, accumulated by P V's MMA against the ones
-  // tile (m64n8: elements 0, 1 hold row lane / 4's sum, 2, 3 row + 8's) and
-  // rescaled with O.
-  float lsum[4];
-  const uint64_t desc_ones = ones_desc(static_cast<uint32_t>(__cvta_generic_to_shared(sm.ones())));
   // 1 while s holds the key tile's bias terms (ScoreMask::init_bias), the
   // starting value of its Q K^T (kAllOps only).
   uint32_t s_init = 0;
@@ -634,18 +622,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   };
   auto issue_qk = [&](int stage, uint32_t phase) {
-    const uint64_t dk = desc_advance<kDesc32>(desc_k, stage * Cfg::kKVBytes);
+    const uint64_t dk = desc_advance(desc_k, stage * Cfg::kKVBytes);
     mbar_wait(sm.k_full(stage), phase);
     fence_operands(s_flat);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint64_t b = desc_advance<kDesc32>(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32);
+      const uint64_t b = desc_advance(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32);
       if constexpr (kQInRegs)
         MmaRs<T, Cfg::kBlockN, 0>::run(s_flat, qf[ks], b, ks > 0 ? 1u : kAllOps ? s_init : 0u);
       else
         MmaSs<T, Cfg::kBlockN, 0, 0>::run(
-            s_flat, desc_advance<kDesc32>(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32), b,
+            s_flat, desc_advance(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32), b,
             ks > 0 ? 1u : kAllOps ? s_init : 0u);
     }
     wgmma_commit();
@@ -653,16 +641,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // O += P V of the stage's V tile: k-step kk reads keys 16 kk.. of every
   // panel (LBO = one panel); committed, not waited for.
   auto issue_pv = [&](int stage, uint32_t phase) {
-    const uint64_t dv = desc_advance<kDesc32>(desc_v, stage * Cfg::kKVBytes);
+    const uint64_t dv = desc_advance(desc_v, stage * Cfg::kKVBytes);
     mbar_wait(sm.v_full(stage), phase);
     fence_operands(o_flat);
-    if constexpr (kRowSum) fence_operands(lsum);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
-      MmaRs<T, D, 1>::run(o_flat, pf[kk], desc_advance<kDesc32>(dv, kk * 16 * 128), 1u);
-      if constexpr (kRowSum) MmaRs<T, 8, 0>::run(lsum, pf[kk], desc_ones, 1u);
-    }
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
+      MmaRs<T, D, 1>::run(o_flat, pf[kk], desc_advance(dv, kk * 16 * 128), 1u);
     wgmma_commit();
   };
   // Q of this consumer's 64 rows negated in place (score-ops kernels, a
@@ -790,25 +775,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return v_nonfinite(ps.stage, ps.phase);
   };
 
-  // kRowSum, where pv_guarded ran P V instead: the row sums of P on the
-  // CUDA cores (the quad's lanes hold a row's keys), added to lsum's.
-  auto sum_p_rows = [&] {
-    float r[2] = {0.f, 0.f};
-#pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 x = unpack2<T>(pf[kk][i]);
-        r[i % 2] += x.x + x.y;
-      }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      r[hh] += __shfl_xor_sync(0xffffffffu, r[hh], 1);
-      r[hh] += __shfl_xor_sync(0xffffffffu, r[hh], 2);
-      lsum[2 * hh] += r[hh];
-      lsum[2 * hh + 1] += r[hh];
-    }
-  };
   // Ping-pong: consumer cw waits on named barrier kTurn + cw, which the
   // previous consumer in the ring (cw - 1 mod n) completes by arriving.
   constexpr int kTurn = 1 + Cfg::kConsumers;
@@ -837,8 +803,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[0][dt][e] = 0.f;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) lsum[e] = 0.f;
     Softmax softmax;
     softmax.init();
     // The logit of raw score x is scale * qk * x (qk: the tile's q/k
@@ -971,10 +935,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if constexpr (kServing) ScoreMask<1, kNTiles>::apply(s, p, tw.len_k(p), tw.diag(p), row0, n0, lane);
         else ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
       }
-      if constexpr (kRowSum)
-        return softmax.template step<false>(s, c, alpha);
-      else
-        return softmax.step(s, c, alpha);
+      return softmax.step(s, c, alpha);
     };
     // With a separate O buffer, Q is free after the tile's last Q K^T;
     // otherwise after the O store has read it (below).
@@ -1036,7 +997,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           turn_pass();
           wgmma_wait<0>();
           pv_guarded(prev.stage);
-          if constexpr (kRowSum) sum_p_rows();
         } else {
           issue_pv(prev.stage, prev.phase);
           turn_pass();
@@ -1047,14 +1007,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         const bool moved = score(t);
         wgmma_wait<0>();
         fence_operands(o_flat);
-        if constexpr (kRowSum) fence_operands(lsum);
         if (leader) mbar_arrive(sm.v_empty(prev.stage));
-        if (moved) {
-          Softmax::rescale(o, alpha);
-          if constexpr (kRowSum)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) lsum[e] *= alpha[0][e / 2];
-        }
+        if (moved) Softmax::rescale(o, alpha);
         pack_p();
         if (t + 1 < t_end) preload(t + 1);
         prev = st;
@@ -1065,25 +1019,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (guard) {
         if (cw != Cfg::kConsumers - 1) turn_pass();
         pv_guarded(prev.stage);
-        if constexpr (kRowSum) sum_p_rows();
       } else {
         issue_pv(prev.stage, prev.phase);
         if (cw != Cfg::kConsumers - 1) turn_pass();
         wgmma_wait<0>();
       }
       fence_operands(o_flat);
-      if constexpr (kRowSum) fence_operands(lsum);
       if (leader) mbar_arrive(sm.v_empty(prev.stage));
     } else if (kReleaseQAfterQk) {
       release_q();
     }
 
-    if constexpr (kRowSum) {
-      softmax.l[0][0] = lsum[0];
-      softmax.l[0][1] = lsum[2];
-    } else {
-      softmax.finish();
-    }
+    softmax.finish();
     // v_descale multiplies O (and the split partials' o), never lse.
     if (kAllOps && p.v_descale != nullptr) scale_o(o, descale_at(p.v_descale, p, tw.w.b, tw.w.hk));
     const float lse_scale = c * kLn2;

@@ -56,21 +56,11 @@ struct TileConfig {
   // same run): causal N=8192 496 vs 512 TFLOP/s, N=16384 518 vs 522,
   // non-causal N=8192 516 vs 521.
   static constexpr bool kGuardNonFiniteV = true;
-  // Two experiments of issue 8, off by default (CMake FMHA_SM90_ROWSUM_MMA,
-  // FMHA_SM90_DESC_ADD32; docs/performance.md, "Issue 8: cuda_sm90_ws's
-  // plain 16-bit kernel toward cuDNN"). kRowSumMma: the plain kernels'
-  // softmax row sums on the tensor core, per k16 step of P V one more wgmma
-  // m64n8k16 of P against a ones tile in shared memory (wgmma.cuh,
-  // ones_desc) instead of one FADD per probability (64 per thread and
-  // 128-key tile); the sum is then that of the rounded P that P V
-  // multiplies. kDescAdd32: wgmma descriptors advanced by 32-bit adds
-  // (wgmma.cuh, desc_advance), 11-13 instructions fewer per GEMM issue in
-  // the steady loop (SASS, D=128); with 3 consumers of 160 registers (D=64)
-  // ptxas then spilled inside that loop, so only 2-consumer configs take
-  // it. H200, FP16/BF16 D=128 causal and not, N=8192-16384, 2 rounds: each
-  // within the run's noise (-2 to +1%) of main's kernel.
-  static constexpr bool kRowSumMma = FMHA_SM90_ROWSUM_MMA != 0;
-  static constexpr bool kDescAdd32 = FMHA_SM90_DESC_ADD32 != 0 && kConsumers_ == 2;
+  // (Measured and removed, docs/performance.md, "Issue 8: cuda_sm90_ws's
+  // plain 16-bit kernel toward cuDNN": the softmax row sums on the tensor
+  // core, a wgmma of P against a ones tile per k16 step of P V, and the
+  // wgmma descriptors advanced by 32-bit adds; both within the run's noise
+  // of this kernel on the H200.)
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kPanels = kHeadDim / 64;  // 64-column panels of a Q/K/V/O row
 
@@ -87,14 +77,8 @@ struct TileConfig {
   static constexpr int kTileWorkBytes = 128;
   static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8 + kTileWorkBytes;
   static constexpr int kSmemMax = 227 * 1024;
-  // With kRowSumMma the ones tile follows the barriers, 128-byte aligned.
-  static constexpr int kOnesBytes = kRowSumMma ? 128 + 256 : 0;
-  static constexpr bool kSeparateO =
-      1024 + 2 * kQBytes + 2 * kStages * kKVBytes + kBarrierBytes + kOnesBytes <= kSmemMax;
-  static constexpr int kOnesOffset =
-      (kQBytes * (kSeparateO ? 2 : 1) + 2 * kStages * kKVBytes + kBarrierBytes + 127) / 128 * 128;
-  static constexpr int kSmemBytes =
-      1024 + kQBytes * (kSeparateO ? 2 : 1) + 2 * kStages * kKVBytes + kBarrierBytes + kOnesBytes;
+  static constexpr bool kSeparateO = 1024 + 2 * kQBytes + 2 * kStages * kKVBytes + kBarrierBytes <= kSmemMax;
+  static constexpr int kSmemBytes = 1024 + kQBytes * (kSeparateO ? 2 : 1) + 2 * kStages * kKVBytes + kBarrierBytes;
 
   // The score-transform kernel (ScoreOps::kAll) stages a 16-bit bias tensor
   // through the copy engine (fwd_kernel.cuh): per stage, one [64 rows]

@@ -68,20 +68,7 @@ __device__ __forceinline__ void fill_ones_tile(unsigned char* tile, int t, int t
 
 // The descriptor of the same layout `bytes` further on (a k-step or panel
 // advance): the start address field is the low 14 bits, in 16-byte units.
-// kAdd32: a 32-bit add to the low word, the same descriptor (the start
-// address never carries into the LBO field: shared addresses are below
-// 2^18 bytes); ptxas then adds to the low word alone instead of rebuilding
-// all 64 bits (IADD3 + IMAD.X + two register copies) before every wgmma
-// (TileConfig::kDescAdd32 says where that pays).
-template <bool kAdd32 = false>
-__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
-  if constexpr (kAdd32) {
-    const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
-    return (desc & 0xffffffff00000000ull) | lo;
-  } else {
-    return desc + (bytes >> 4);
-  }
-}
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 
 // Orders this thread's register and shared-memory accesses before the
 // warpgroup's following wgmma reads them (PTX: required before the first
