@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/overlap.h"
+#include "core/validate.h"
 
 static_assert(sizeof(fmha_merge_params) == FMHA_MERGE_PARAMS_SIZE_V1, "FMHA_MERGE_PARAMS_SIZE_V1 is the 0.2 size: fields only grow at the end");
 
@@ -23,48 +24,9 @@ struct Name {
   explicit Name(const char* plain) { std::snprintf(text, sizeof text, "%s", plain); }
 };
 
-bool has_elements(const int64_t dims[4]) { return dims[0] > 0 && dims[1] > 0 && dims[2] > 0 && dims[3] > 0; }
-
-// Pointer, dtype, dims, strides and the extent of one view. As fmha_tensor
-// says, batch and seq may be 0 (nothing is then read or written, and data
-// may be NULL); heads and head_dim may not.
-fmha_status check_view(const char* name, const fmha_tensor& t) {
-  const int32_t dtype = enum_bits(t.dtype);
-  const int64_t esize = dtype_size_bits(dtype);
-  if (esize == 0)
-    return fail(kInvalid, "%s.dtype=%d is not an fmha_dtype (F16=1, BF16=2, F32=3)", name, dtype);
-  static const char* const kDimNames[4] = {"batch", "heads", "seq", "head_dim"};
-  for (int d = 0; d < 4; ++d) {
-    const int64_t lowest = d == 0 || d == 2 ? 0 : 1;
-    if (t.dims[d] < lowest)
-      return fail(kInvalid, "%s.dims[%d]=%" PRId64 " (%s) must be >= %" PRId64, name, d, t.dims[d],
-                  kDimNames[d], lowest);
-    if (t.dims[d] > FMHA_MAX_DIM)
-      return fail(kInvalid, "%s.dims[%d]=%" PRId64 " (%s) exceeds FMHA_MAX_DIM=2^62", name, d, t.dims[d],
-                  kDimNames[d]);
-    if (t.strides[d] < 0)
-      return fail(kInvalid, "%s.strides[%d]=%" PRId64 " must be non-negative", name, d, t.strides[d]);
-  }
-  if (!has_elements(t.dims)) return FMHA_SUCCESS;  // empty: never dereferenced
-  if (t.data == nullptr) return fail(kInvalid, "%s.data is NULL", name);
-  const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
-  if (base % static_cast<uintptr_t>(esize) != 0)
-    return fail(kInvalid, "%s.data=%p is not %d-byte aligned (%s elements)", name, t.data,
-                static_cast<int>(esize), dtype_name(t.dtype));
-  int64_t last = 0;
-  for (int d = 0; d < 4; ++d) {
-    int64_t term;
-    if (__builtin_mul_overflow(t.dims[d] - 1, t.strides[d], &term) || __builtin_add_overflow(last, term, &last))
-      return fail(kInvalid, "%s: dims x strides overflows int64 (dims[%d]=%" PRId64 ", strides[%d]=%" PRId64 ")",
-                  name, d, t.dims[d], d, t.strides[d]);
-  }
-  int64_t elements, bytes;
-  uintptr_t end;
-  if (__builtin_add_overflow(last, 1, &elements) || __builtin_mul_overflow(elements, esize, &bytes) ||
-      __builtin_add_overflow(base, static_cast<uintptr_t>(bytes) - 1, &end))
-    return fail(kInvalid, "%s: extent of %" PRId64 " + 1 elements of %d bytes overflows the address space",
-                name, last, static_cast<int>(esize));
-  return FMHA_SUCCESS;
+// The dtypes fmha_merge reads and writes: what a forward writes to o.
+bool is_merge_dtype(fmha_dtype t) {
+  return t == FMHA_DTYPE_F16 || t == FMHA_DTYPE_BF16 || t == FMHA_DTYPE_F32;
 }
 
 // An lse array of `bytes` (> 0) bytes: aligned, and not wrapping.
@@ -107,7 +69,7 @@ fmha_status build_merge_problem(const fmha_merge_params* prm, MergeProblem* out)
   const fmha_tensor* parts = prm->o_parts;
   const fmha_tensor& first = parts[0];
   for (int32_t i = 0; i < n; ++i)
-    if ((s = check_view(Name("o_parts", i).text, parts[i]))) return s;
+    if ((s = check_tensor(Name("o_parts", i).text, parts[i]))) return s;
   for (int32_t i = 1; i < n; ++i) {
     if (parts[i].dtype != first.dtype)
       return fail(kInvalid, "o_parts[%d].dtype=%s differs from o_parts[0].dtype=%s", i, dtype_name(parts[i].dtype),
@@ -117,8 +79,13 @@ fmha_status build_merge_problem(const fmha_merge_params* prm, MergeProblem* out)
         return fail(kInvalid, "o_parts[%d].dims[%d]=%" PRId64 " differs from o_parts[0].dims[%d]=%" PRId64, i, d,
                     parts[i].dims[d], d, first.dims[d]);
   }
+  if (!is_merge_dtype(first.dtype))
+    return fail(kInvalid, "o_parts[0].dtype=%s: fmha_merge takes F16, BF16 or F32 partial outputs",
+                dtype_name(first.dtype));
   const fmha_tensor& o = prm->o;
-  if ((s = check_view("o", o))) return s;
+  if ((s = check_tensor("o", o))) return s;
+  if (!is_merge_dtype(o.dtype))
+    return fail(kInvalid, "o.dtype=%s: fmha_merge writes F16, BF16 or F32", dtype_name(o.dtype));
   for (int d = 0; d < 4; ++d)
     if (o.dims[d] != first.dims[d])
       return fail(kInvalid, "o.dims[%d]=%" PRId64 " differs from o_parts[0].dims[%d]=%" PRId64, d, o.dims[d], d,

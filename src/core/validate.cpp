@@ -29,8 +29,8 @@ static_assert(sizeof(fmha_forward_params) == FMHA_FORWARD_PARAMS_SIZE_V3, "FMHA_
 // through it, so it overlaps nothing and its data may be NULL.
 bool is_empty(const fmha_tensor& t) { return t.dims[0] == 0 || t.dims[2] == 0; }
 
-// Pointer, dtype, dims, strides and the extent of one tensor. batch and seq
-// may be 0 (empty work); heads and head_dim may not.
+}  // namespace
+
 fmha_status check_tensor(const char* name, const fmha_tensor& t) {
   // The caller may have stored any int in the enum field: read it as one.
   const int32_t dtype = enum_bits(t.dtype);
@@ -76,8 +76,6 @@ fmha_status check_tensor(const char* name, const fmha_tensor& t) {
     return fail(kInvalid, "%s: extent of %" PRId64 " bytes wraps the address space", name, bytes);
   return FMHA_SUCCESS;
 }
-
-}  // namespace
 
 // The bytes of a tensor; an empty tensor is a view of no dimension.
 StridedBytes tensor_view(const fmha_tensor& t) {

@@ -22,6 +22,12 @@ namespace fmha {
 // have data NULL. A 0.1-sized struct reads as the dense layout.
 fmha_status build_problem(const fmha_forward_params* params, Problem* out);
 
+// Pointer, dtype, dims, strides and the extent of one tensor view named
+// `name` in the messages: batch and seq may be 0 (an empty view, whose data
+// may be NULL); heads and head_dim may not; data is aligned to the element
+// and the extent neither overflows int64 nor wraps the address space.
+fmha_status check_tensor(const char* name, const fmha_tensor& t);
+
 // The bytes of a tensor view (core/overlap.h), for the overlap checks.
 StridedBytes tensor_view(const fmha_tensor& t);
 

@@ -434,10 +434,15 @@ TEST_CASE("merge: every invalid argument names its field and writes nothing") {
       {"o_parts[0].dtype=9 is not an fmha_dtype", [](MergeFixture& f) { f.parts[0].dtype = static_cast<fmha_dtype>(9); }},
       {"o.dtype=-1 is not an fmha_dtype", [](MergeFixture& f) { f.p.o.dtype = static_cast<fmha_dtype>(-1); }},
       {"o_parts[1].dtype=F16 differs from o_parts[0].dtype=F32", [](MergeFixture& f) { f.parts[1].dtype = FMHA_DTYPE_F16; }},
+      // FP8 is an input dtype of the forward, never its o: not a partial output.
+      {"o_parts[0].dtype=F8E4M3: fmha_merge takes F16, BF16 or F32", [](MergeFixture& f) {
+         for (fmha_tensor& t : f.parts) t.dtype = FMHA_DTYPE_F8E4M3;
+       }},
+      {"o.dtype=F8E5M2: fmha_merge writes F16, BF16 or F32", [](MergeFixture& f) { f.p.o.dtype = FMHA_DTYPE_F8E5M2; }},
       {"o_parts[1].dims[2]=4 differs from o_parts[0].dims[2]=5", [](MergeFixture& f) { f.parts[1].dims[2] = 4; }},
       {"o.dims[3]=4 differs from o_parts[0].dims[3]=8", [](MergeFixture& f) { f.p.o.dims[3] = 4; }},
-      {"o_parts[0].dims[1]=0 (heads) must be >= 1", [](MergeFixture& f) { f.parts[0].dims[1] = 0; }},
-      {"o.dims[0]=-1 (batch) must be >= 0", [](MergeFixture& f) { f.p.o.dims[0] = -1; }},
+      {"o_parts[0].dims[1]=0 (heads) must be positive", [](MergeFixture& f) { f.parts[0].dims[1] = 0; }},
+      {"o.dims[0]=-1 (batch) must be non-negative", [](MergeFixture& f) { f.p.o.dims[0] = -1; }},
       {"o_parts[1].strides[2]=-8 must be non-negative", [](MergeFixture& f) { f.parts[1].strides[2] = -8; }},
       {"o_parts[0].dims[3]=4611686018427387905 (head_dim) exceeds FMHA_MAX_DIM",
        [](MergeFixture& f) { f.parts[0].dims[3] = FMHA_MAX_DIM + 1; }},
