@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "backend/cpu/thread_pool.h"
+#include "core/error.h"
 #include "core/numeric.h"
 
 namespace fmha::cpu {
@@ -29,11 +30,14 @@ constexpr int kDimChunk = 64;          // dims accumulated at once (on the stack
 constexpr int64_t kItemsPerThread = 8;  // work items per thread, for balance
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// load and store see only the dtypes merge() admits (is_merge_dtype).
+bool is_merge_dtype(fmha_dtype t) { return t == FMHA_DTYPE_F16 || t == FMHA_DTYPE_BF16 || t == FMHA_DTYPE_F32; }
+
 double load(const void* base, fmha_dtype t, int64_t offset) {
   switch (t) {
     case FMHA_DTYPE_F16: return half_to_float(static_cast<const uint16_t*>(base)[offset]);
     case FMHA_DTYPE_BF16: return bf16_to_float(static_cast<const uint16_t*>(base)[offset]);
-    default: return static_cast<const float*>(base)[offset];
+    default: return static_cast<const float*>(base)[offset];  // F32
   }
 }
 
@@ -42,7 +46,7 @@ void store(void* base, fmha_dtype t, int64_t offset, double x) {
   switch (t) {
     case FMHA_DTYPE_F16: static_cast<uint16_t*>(base)[offset] = float_to_half(f); break;
     case FMHA_DTYPE_BF16: static_cast<uint16_t*>(base)[offset] = float_to_bf16(f); break;
-    default: static_cast<float*>(base)[offset] = f; break;
+    default: static_cast<float*>(base)[offset] = f; break;  // F32
   }
 }
 
@@ -100,6 +104,10 @@ void merge_row(const MergeProblem& p, int64_t row) {
 fmha_status merge(const MergeProblem& p, ThreadPool* pool) {
   const int64_t rows = p.rows();
   if (rows == 0) return FMHA_SUCCESS;
+  // Validation admits only these; a view read at the wrong width would run past its extent.
+  if (!is_merge_dtype(p.parts_dtype) || !is_merge_dtype(p.o_dtype))
+    return fail(FMHA_ERROR_INTERNAL, "cpu merge: parts dtype %s, o dtype %s", dtype_name(p.parts_dtype),
+                dtype_name(p.o_dtype));
   const int64_t threads = pool != nullptr ? pool->size() : 1;
   const int64_t items = std::min<int64_t>(rows, threads * kItemsPerThread);
   const int64_t per_item = (rows + items - 1) / items;
