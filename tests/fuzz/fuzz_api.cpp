@@ -25,6 +25,10 @@
 //   - validation never accepts descales, a bias or slopes that share a byte
 //     with o or lse.
 //
+// Inputs that start with kMergeTag drive fmha_merge instead (run_merge:
+// parts of any dtype, dims and strides, in-place o and lse, -inf and NaN
+// lse values) with the same kinds of checks against a float64 merge.
+//
 // A broken invariant prints what and aborts (libFuzzer reports a crash).
 // Built two ways (tests/fuzz/CMakeLists.txt): with clang's -fsanitize=fuzzer
 // as the fuzzer, and with any compiler plus replay_main.cpp as a ctest test
@@ -493,6 +497,7 @@ void fill_numerics(Bytes& in, const fmha_forward_params& p) {
 struct Stats {
   long inputs = 0, accepted = 0, forwards = 0, serving_forwards = 0, numerics_forwards = 0, fp8_forwards = 0,
        rows_checked = 0, rows_nan = 0, rows_empty = 0;
+  long merge_inputs = 0, merges = 0, merge_rows_checked = 0;
 } g_stats;
 
 // ---- the float64 reference -----------------------------------------------------
@@ -1138,21 +1143,329 @@ void run_one(Bytes& in) {
   if (!serving || p.struct_size == FMHA_FORWARD_PARAMS_SIZE_V1) check_numerics(p, want_dtype, snapshot.data());
 }
 
+
+// ---- fmha_merge ------------------------------------------------------------------
+
+// Inputs whose first byte is kMergeTag (no file of the forward's corpus
+// starts with it) drive fmha_merge instead: num_parts views of any dtype,
+// dims and strides in the arena, their lse arrays, o (now and then
+// o_parts[0] itself) and lse (now and then lse_parts[0] itself). Checks:
+// the status rules; a refusal writes nothing; an accepted merge writes
+// nothing outside o and lse, never accepts an o or lse that shares a byte
+// with what it must not (fmha.h), and matches the float64 merge of the
+// snapshot: lse = log sum exp(lse_i), o = sum exp(lse_i - lse) o_i, a row
+// whose parts are all -inf gets o = 0 and lse = -inf, a NaN lse_i a NaN row.
+// fmha_merge validates and runs in one call, so it is only called when every
+// view lies in the arena, or when a field validation must refuse before any
+// memory is read (a dtype, dim or stride out of range, a NULL array).
+constexpr uint8_t kMergeTag = 0x0b;
+constexpr int kMaxParts = 6;
+
+// Validation refuses this view from its fields alone (fmha_tensor's rules).
+bool view_refused(const fmha_tensor& t) {
+  int32_t dt;
+  std::memcpy(&dt, &t.dtype, sizeof dt);
+  if (elem_size(dt) == 0) return true;
+  for (int d = 0; d < 4; ++d)
+    if (t.dims[d] < 0 || t.dims[d] > FMHA_MAX_DIM || t.strides[d] < 0 || (t.dims[d] == 0 && (d == 1 || d == 3)))
+      return true;
+  return false;
+}
+
+void run_merge(Bytes& in) {
+  ++g_stats.merge_inputs;
+  fmha_handle h = cpu_handle(1 + static_cast<int>(in.below(3)));
+  Arena& a = arena();
+  const int64_t B = in.below(8) == 0 ? pick_dim(in, 3) : 1 + in.below(2);
+  const int64_t H = in.below(8) == 0 ? pick_dim(in, 3) : 1 + in.below(3);
+  const int64_t N = in.below(8) == 0 ? pick_dim(in, 9) : 1 + in.below(9);
+  static const int64_t kDims[] = {1, 2, 3, 8, 16, 17, 64};
+  const int64_t D = in.below(8) == 0 ? pick_dim(in, 20) : kDims[in.below(7)];
+  static const int32_t kDtypes[] = {FMHA_DTYPE_F32, FMHA_DTYPE_F16, FMHA_DTYPE_BF16};
+  auto pick_dtype = [&](int32_t usual) -> int32_t {
+    switch (in.below(16)) {
+      case 0: return static_cast<int32_t>(in.u32());
+      case 1: return in.below(2) ? FMHA_DTYPE_F8E4M3 : FMHA_DTYPE_F8E5M2;  // not a partial output: refused
+      case 2: return kDtypes[in.below(3)];
+      default: return usual;
+    }
+  };
+  const int32_t dtype = kDtypes[in.below(3)];
+  const uint32_t n_choice = in.below(16);
+  const int32_t num_parts = n_choice == 0 ? static_cast<int32_t>(in.below(3)) - 1 : 1 + static_cast<int32_t>(n_choice % kMaxParts);
+  const int n_views = std::clamp(num_parts, 0, kMaxParts);
+  const int64_t dims[4] = {B, H, N, D};
+
+  // Views one after another in the arena (pick_pointer now and then moves
+  // one onto another, misaligns it, or makes it NULL or wild).
+  fmha_tensor parts[kMaxParts] = {}, o = {};
+  int32_t want[kMaxParts + 1];  // dtypes of the parts, then o
+  size_t cursor = 0;
+  auto place = [&](fmha_tensor& t, int32_t dt) {
+    std::memcpy(t.dims, dims, sizeof t.dims);
+    int64_t offset = 0;
+    pick_strides(in, dims, H, 0, t.strides, &offset);
+    if (in.below(16) == 0) t.dims[in.below(4)] = pick_dim(in, 8);  // one dim of another size
+    c_set_dtype(&t, dt);
+    const int es = elem_size(dt) ? elem_size(dt) : 4;
+    t.data = pick_pointer(in, cursor % kArena);
+    uint64_t extent = 1;
+    for (int d = 0; d < 4; ++d) {
+      uint64_t term;
+      if (t.dims[d] > 0 && t.strides[d] > 0 &&
+          (__builtin_mul_overflow(static_cast<uint64_t>(t.dims[d] - 1), static_cast<uint64_t>(t.strides[d]), &term) ||
+           __builtin_add_overflow(extent, term, &extent)))
+        extent = UINT64_MAX / 8;
+    }
+    cursor = std::min<uint64_t>(kArena, cursor + (extent + 3) / 4 * 4 * es);
+  };
+  for (int i = 0; i < n_views; ++i) {
+    want[i] = pick_dtype(dtype);
+    place(parts[i], want[i]);
+  }
+  want[kMaxParts] = pick_dtype(dtype);
+  const bool in_place = n_views > 0 && in.below(4) == 0;
+  if (in_place) {
+    o = parts[0];
+    want[kMaxParts] = want[0];
+  } else {
+    place(o, want[kMaxParts]);
+  }
+  // The lse arrays: [B, H, N] FP32 each, after the views.
+  const int64_t lse_rows = B > 0 && H > 0 && N > 0 && B <= 64 && H <= 64 && N <= 4096 ? B * H * N : 0;
+  const float* lse_parts[kMaxParts] = {};
+  for (int i = 0; i < n_views; ++i) {
+    lse_parts[i] = static_cast<const float*>(pick_pointer(in, (cursor + 3) / 4 * 4 % kArena));
+    cursor = std::min<uint64_t>(kArena, (cursor + 3) / 4 * 4 + static_cast<uint64_t>(lse_rows) * 4);
+  }
+  float* lse = nullptr;
+  switch (in.below(4)) {
+    case 0: break;
+    case 1:
+      if (n_views > 0) lse = const_cast<float*>(lse_parts[0]);  // in place
+      break;
+    default:
+      lse = static_cast<float*>(pick_pointer(in, (cursor + 3) / 4 * 4 % kArena));
+      break;
+  }
+
+  fmha_merge_params p;
+  fmha_merge_params_init(&p);
+  if (in.below(32) == 0) p.struct_size = in.u32();
+  p.num_parts = num_parts;
+  p.o_parts = in.below(32) == 0 ? nullptr : parts;
+  p.lse_parts = in.below(32) == 0 ? nullptr : lse_parts;
+  p.o = o;
+  p.lse = lse;
+
+  // Values: the views' bytes in `dtype`, then the lse arrays: finite in
+  // [-8, 8] mostly, -inf often (parts that saw no key), NaN and +inf rarely.
+  uint32_t seed = in.u32() | 1u;
+  const int esz = elem_size(dtype);
+  for (size_t off = 0; off + esz <= kArena; off += esz) {
+    seed = seed * 1664525u + 1013904223u;
+    write_elem(a.bytes + off, dtype, static_cast<double>(static_cast<int>(seed >> 24) - 128) / 32.0);
+  }
+  const uint32_t lse_mix = in.below(4);  // 0: no -inf, 1: some, 2: many, 3: NaN and +inf too
+  for (int i = 0; i < n_views; ++i) {
+    if (lse_rows == 0 || !a.contains(reinterpret_cast<uintptr_t>(lse_parts[i]), static_cast<uint64_t>(lse_rows) * 4) ||
+        reinterpret_cast<uintptr_t>(lse_parts[i]) % 4 != 0)
+      continue;
+    float* l = const_cast<float*>(lse_parts[i]);
+    for (int64_t r = 0; r < lse_rows; ++r) {
+      seed = seed * 1664525u + 1013904223u;
+      const uint32_t c = seed >> 24;
+      float x = static_cast<float>(static_cast<int>(seed >> 8 & 0xffffu) - 32768) / 4096.f;
+      if ((lse_mix == 1 && c < 40) || (lse_mix >= 2 && c < 140)) x = -INFINITY;
+      if (lse_mix == 3 && c >= 250) x = c & 1u ? NAN : INFINITY;
+      l[r] = x;
+    }
+  }
+  const std::vector<unsigned char> snapshot(a.bytes, a.bytes + kArena);
+
+  // Where every view lies: element offsets, all inside the arena?
+  std::vector<int64_t> offs[kMaxParts + 1];
+  const fmha_tensor* views[kMaxParts + 1];
+  for (int i = 0; i < n_views; ++i) views[i] = &parts[i];
+  views[kMaxParts] = &o;
+  // Refused before any memory is read: a field out of range, or views that
+  // disagree (dims, the parts' dtype) or are not partial outputs (FP8).
+  auto dtype_of = [](const fmha_tensor& t) {
+    int32_t dt;
+    std::memcpy(&dt, &t.dtype, sizeof dt);
+    return dt;
+  };
+  auto is_merge_dtype = [](int32_t dt) { return dt == FMHA_DTYPE_F16 || dt == FMHA_DTYPE_BF16 || dt == FMHA_DTYPE_F32; };
+  bool refused_by_fields = p.struct_size != FMHA_MERGE_PARAMS_SIZE_V1 || num_parts < 1 || p.o_parts == nullptr ||
+                           p.lse_parts == nullptr || view_refused(o) || !is_merge_dtype(dtype_of(o));
+  for (int i = 0; i < n_views; ++i) {
+    refused_by_fields = refused_by_fields || view_refused(parts[i]) || dtype_of(parts[i]) != dtype_of(parts[0]) ||
+                        !is_merge_dtype(dtype_of(parts[i]));
+    for (int d = 0; d < 4; ++d)
+      refused_by_fields = refused_by_fields || parts[i].dims[d] != parts[0].dims[d] || o.dims[d] != parts[0].dims[d];
+  }
+  // What validation accepts has o_parts[0]'s dims (which a changed dim on
+  // every view may have moved away from `dims`).
+  const int64_t* vd = n_views > 0 ? parts[0].dims : dims;
+  const int64_t rows = vd[0] > 0 && vd[1] > 0 && vd[2] > 0 && vd[0] <= 64 && vd[1] <= 64 && vd[2] <= 4096
+                           ? vd[0] * vd[1] * vd[2] : 0;
+  bool owned = !refused_by_fields && rows > 0 && vd[3] <= 4096;
+  for (int v = 0; v <= kMaxParts && owned; ++v) {
+    if (v < kMaxParts && v >= n_views) continue;
+    int32_t dt;
+    std::memcpy(&dt, &views[v]->dtype, sizeof dt);
+    const int es = elem_size(dt);
+    owned = tensor_offsets(*views[v], 1 << 14, &offs[v]);
+    for (int64_t off : offs[v])
+      if (!owned || !a.contains(reinterpret_cast<uintptr_t>(views[v]->data) + static_cast<uintptr_t>(off * es), es))
+        owned = false;
+  }
+  for (int i = 0; i < n_views && owned; ++i)
+    owned = a.contains(reinterpret_cast<uintptr_t>(lse_parts[i]), static_cast<uint64_t>(rows) * 4);
+  if (owned && lse != nullptr) owned = a.contains(reinterpret_cast<uintptr_t>(lse), static_cast<uint64_t>(rows) * 4);
+  // An empty merge (batch or seq 0) reads and writes nothing: it may run too.
+  const bool empty = !refused_by_fields && n_views > 0 && (vd[0] == 0 || vd[2] == 0);
+  if (!owned && !refused_by_fields && !empty) return;
+
+  const fmha_status st = checked(fmha_merge(h, &p), "fmha_merge");
+#if FMHA_FUZZ_CUDA
+  cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after fmha_merge");
+#endif
+  if (st != FMHA_SUCCESS || empty) {
+    if (std::memcmp(a.bytes, snapshot.data(), kArena) != 0) violated("a refused or empty merge wrote to the arena");
+    return;
+  }
+  if (refused_by_fields) violated("fmha_merge accepted a field it must refuse (num_parts=%d)", num_parts);
+  ++g_stats.merges;
+
+  // The bytes each operand covers: o (bit 0), lse (1), parts (2..), lse_parts (2 + kMaxParts ..).
+  std::vector<uint32_t> owner(kArena, 0);
+  auto byte_at = [&](const void* ptr) { return static_cast<size_t>(static_cast<const unsigned char*>(ptr) - a.bytes); };
+  bool o_self = false;
+  int32_t o_dt, p_dt;
+  std::memcpy(&o_dt, &o.dtype, sizeof o_dt);
+  std::memcpy(&p_dt, &parts[0].dtype, sizeof p_dt);
+  for (int64_t off : offs[kMaxParts])
+    for (int x = 0; x < elem_size(o_dt); ++x) {
+      uint32_t& w = owner[byte_at(o.data) + off * elem_size(o_dt) + x];
+      if (w & 1u) o_self = true;
+      w |= 1u;
+    }
+  if (lse) for (int64_t r = 0; r < rows * 4; ++r) owner[byte_at(lse) + r] |= 2u;
+  for (int i = 0; i < n_views; ++i) {
+    for (int64_t off : offs[i])
+      for (int x = 0; x < elem_size(p_dt); ++x) owner[byte_at(parts[i].data) + off * elem_size(p_dt) + x] |= 4u << i;
+    for (int64_t r = 0; r < rows * 4; ++r) owner[byte_at(lse_parts[i]) + r] |= 4u << (kMaxParts + i);
+  }
+  // o_parts[0] itself / lse_parts[0] itself: fmha.h's in-place merges.
+  bool o_is_part0 = o.data == parts[0].data && o_dt == p_dt;
+  for (int d = 0; d < 4; ++d)
+    o_is_part0 = o_is_part0 && o.dims[d] == parts[0].dims[d] && (o.dims[d] <= 1 || o.strides[d] == parts[0].strides[d]);
+  const bool lse_is_part0 = lse != nullptr && lse == lse_parts[0];
+  if (o_self) violated("accepted an o that overlaps itself");
+  for (uint32_t w : owner) {
+    if (w & 1u)
+      for (int i = 0; i < n_views; ++i) {
+        if ((w >> (2 + i) & 1u) && !(i == 0 && o_is_part0)) violated("accepted an o that overlaps o_parts[%d]", i);
+        if (w >> (2 + kMaxParts + i) & 1u) violated("accepted an o that overlaps lse_parts[%d]", i);
+      }
+    if (w & 2u) {
+      if (w & 1u) violated("accepted an lse that overlaps o");
+      for (int i = 0; i < n_views; ++i) {
+        if (w >> (2 + i) & 1u) violated("accepted an lse that overlaps o_parts[%d]", i);
+        if ((w >> (2 + kMaxParts + i) & 1u) && !(i == 0 && lse_is_part0)) violated("accepted an lse that overlaps lse_parts[%d]", i);
+      }
+    }
+  }
+  for (size_t x = 0; x < kArena; ++x)
+    if (!(owner[x] & 3u) && a.bytes[x] != snapshot[x]) violated("fmha_merge wrote arena byte %zu outside o and lse", x);
+
+  // The float64 merge of the snapshot, row by row.
+  auto elem = [&](const fmha_tensor& t, int32_t dt, int64_t b, int64_t hh, int64_t i, int64_t e, const unsigned char* mem) {
+    const int64_t off = b * t.strides[0] + hh * t.strides[1] + i * t.strides[2] + e * t.strides[3];
+    return read_elem(mem + byte_at(t.data) + off * elem_size(dt), dt);
+  };
+  auto lse_of = [&](const float* l, int64_t r) {
+    float x;
+    std::memcpy(&x, snapshot.data() + byte_at(l) + r * 4, 4);
+    return static_cast<double>(x);
+  };
+  const double o_eps = o_dt == FMHA_DTYPE_F32 ? 1e-6 : o_dt == FMHA_DTYPE_F16 ? 1e-3 : 8e-3;
+  for (int64_t b = 0; b < vd[0]; ++b)
+    for (int64_t hh = 0; hh < vd[1]; ++hh)
+      for (int64_t i = 0; i < vd[2]; ++i) {
+        const int64_t r = (b * vd[1] + hh) * vd[2] + i;
+        double m = -INFINITY;
+        bool nan = false, pos_inf = false;
+        for (int k = 0; k < n_views; ++k) {
+          const double x = lse_of(lse_parts[k], r);
+          nan = nan || std::isnan(x);
+          pos_inf = pos_inf || x == INFINITY;
+          m = std::max(m, x);
+        }
+        const double lse_got = lse ? static_cast<double>(lse[r]) : 0.0;
+        if (nan) {
+          if (lse && !std::isnan(lse_got)) violated("merge row %lld: a NaN lse_i but lse = %g", (long long)r, lse_got);
+          for (int64_t e = 0; e < vd[3]; ++e)
+            if (!std::isnan(elem(o, o_dt, b, hh, i, e, a.bytes)))
+              violated("merge row %lld: a NaN lse_i but o[%lld] is not NaN", (long long)r, (long long)e);
+          continue;
+        }
+        if (pos_inf) continue;  // fmha.h leaves it undefined
+        if (m == -INFINITY) {
+          if (lse && !(std::isinf(lse_got) && lse_got < 0)) violated("merge row %lld: every part -inf but lse = %g", (long long)r, lse_got);
+          for (int64_t e = 0; e < vd[3]; ++e)
+            if (elem(o, o_dt, b, hh, i, e, a.bytes) != 0.0)
+              violated("merge row %lld: every part -inf but o[%lld] != 0", (long long)r, (long long)e);
+          continue;
+        }
+        double sum = 0.0;
+        for (int k = 0; k < n_views; ++k) sum += std::exp(lse_of(lse_parts[k], r) - m);
+        const double lse_ref = m + std::log(sum);
+        ++g_stats.merge_rows_checked;
+        if (lse && !(std::fabs(lse_got - lse_ref) <= 2e-6 * (std::fabs(lse_ref) + 1.0)))
+          violated("merge row %lld: lse %.9g, reference %.9g", (long long)r, lse_got, lse_ref);
+        for (int64_t e = 0; e < vd[3]; ++e) {
+          double ref = 0.0, mag = 0.0;
+          bool finite = true;
+          for (int k = 0; k < n_views; ++k) {
+            const double w = std::exp(lse_of(lse_parts[k], r) - lse_ref);
+            if (w == 0.0) continue;
+            const double x = elem(parts[k], p_dt, b, hh, i, e, snapshot.data());
+            finite = finite && std::isfinite(x);
+            ref += w * x;
+            mag += w * std::fabs(x);
+          }
+          // Past the o dtype's range (inf is right), or near FP32's (the sum may round to inf).
+          if (!finite || std::fabs(ref) > 1e38 || (o_dt == FMHA_DTYPE_F16 && std::fabs(ref) > 65000.0)) continue;
+          const double got = elem(o, o_dt, b, hh, i, e, a.bytes);
+          // o_eps relative, FP32's sum of the weighted parts, F16's subnormal spacing (2^-24).
+          if (!(std::fabs(got - ref) <= o_eps * std::fabs(ref) + 1e-5 * mag + (o_dt == FMHA_DTYPE_F16 ? 0x1p-24 : 1e-30)))
+            violated("merge row %lld o[%lld] = %.9g, reference %.9g (parts %d, dtypes %d -> %d)", (long long)r,
+                     (long long)e, got, ref, n_views, p_dt, o_dt);
+        }
+      }
+}
 }  // namespace
 
 extern "C" void fmha_fuzz_stats(char* buf, size_t len) {
   std::snprintf(buf, len,
                 "%ld inputs: %ld accepted by validation, %ld forwards run (%ld with serving fields, %ld with "
                 "descales/bias/ALiBi, %ld with FP8 inputs); rows checked against float64: %ld, NaN rows: %ld, "
-                "rows without keys: %ld",
+                "rows without keys: %ld; fmha_merge: %ld inputs, %ld merges run, rows checked: %ld",
                 g_stats.inputs, g_stats.accepted, g_stats.forwards, g_stats.serving_forwards,
                 g_stats.numerics_forwards, g_stats.fp8_forwards, g_stats.rows_checked,
                 g_stats.rows_nan,
-                g_stats.rows_empty);
+                g_stats.rows_empty, g_stats.merge_inputs, g_stats.merges, g_stats.merge_rows_checked);
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ++g_stats.inputs;
+  if (size > 0 && data[0] == kMergeTag) {
+    Bytes in(data + 1, size - 1);
+    run_merge(in);
+    return 0;
+  }
   Bytes in(data, size);
   run_one(in);
   return 0;
