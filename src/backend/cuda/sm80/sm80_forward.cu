@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <type_traits>
 
+#include "backend/cuda/common/env_choice.h"
 #include "backend/cuda/common/fwd_params.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/sm80/instances.h"  // generated
@@ -235,6 +236,14 @@ PagedChoice paged_tile_choice(const Problem& p, const DeviceInfo& dev, int64_t p
   return c;
 }
 
+// Whether the split combine is launched as a programmatic dependent of the
+// forward on sm_90 (split_combine.h): yes, unless the environment variable
+// FMHA_COMBINE_PDL is 0 (read once; an A/B switch of measurements).
+bool combine_pdl_allowed() {
+  static const bool allowed = env_int("FMHA_COMBINE_PDL", 1) != 0;
+  return allowed;
+}
+
 Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   Plan plan;
   const int64_t group = p.group_size();
@@ -324,7 +333,7 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   a.mode = seq_mode(p.layout);
   if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write
   a.device = dev.ordinal;
-  a.dependent_combine = dev.sm >= 90;
+  a.dependent_combine = dev.sm >= 90 && combine_pdl_allowed();
   a.stream = static_cast<cudaStream_t>(ctx.stream);
   FMHA_PROFILE_STAGE(kFwdParams);
 
