@@ -1222,8 +1222,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // The split combine, a programmatic dependent launch on sm_90
   // (split_combine.h), may be scheduled once every CTA of this grid has
-  // started; it waits for the grid's end itself before reading a partial.
-  cudaTriggerProgrammaticLaunchCompletion();
+  // triggered; it waits for the grid's end itself before reading a partial.
+  // A 16-bit tile triggers at its start, so the combine's launch is done
+  // when the forward ends (0.3-2.3 us less a decode call on the H200 than
+  // an ordinary launch). An FP8 K/V tile triggers after its key loop: the
+  // combine's CTAs, resident from the trigger on while they wait, slowed
+  // its key loop (more issue work per byte than a 16-bit tile's) by 1.9-4.2
+  // us, more than the early launch saved; after the loop the call is 0-2 us
+  // shorter than with an ordinary launch (docs/performance.md, "Where a
+  // decode call's time goes").
+  if constexpr (!kFp8Kv) cudaTriggerProgrammaticLaunchCompletion();
 #endif
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -1659,6 +1667,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     stage_i = stage_i == kS - 1 ? 0 : stage_i + 1;
   }
   cp_async_wait<0>();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if constexpr (kFp8Kv) cudaTriggerProgrammaticLaunchCompletion();  // see the kernel's top
+#endif
   if constexpr (kFp8Kv) WarpPVFp8<T, Cfg>::unpermute_o(o, lane);  // WarpPV's dim order for the epilogue
   sm.finish();
   if constexpr (Cfg::kKeyWarps > 1) {  // the key warps' states into key warp 0's
