@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -272,6 +273,77 @@ TEST_CASE("the handle's stream is used, and fmha_forward captures into a CUDA gr
       cudaGraphDestroy(graph);
     }
   }
+  REQUIRE(fmha_set_stream(h.get(), nullptr) == FMHA_SUCCESS);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("back-to-back split decode steps on one stream and one workspace each get their own answer") {
+  // A split decode step's forward writes its partials to the workspace and
+  // the combine (on sm_90 a programmatic dependent launch of the forward,
+  // which may start before the forward ends) reads them; the next step's
+  // forward, queued right behind it on the same stream into the same
+  // workspace, must not overwrite them before that combine has read them.
+  // Four steps of different K/V lengths (so different split ranges) back to
+  // back without a sync, every row of each checked; then the four captured
+  // in one graph, replayed twice.
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  cudaStream_t stream = nullptr;
+  REQUIRE_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  REQUIRE(fmha_set_stream(h.get(), stream) == FMHA_SUCCESS);
+  constexpr int kSteps = 4;
+  std::vector<std::unique_ptr<DeviceProblem>> steps;
+  for (int i = 0; i < kSteps; ++i) {
+    fmha_gpu_test::HashedProblem hp = decode_problem(40 + i);
+    hp.seq_k = 3000 + 1700 * i;
+    hp.set_contiguous(40 + i);
+    steps.push_back(std::make_unique<DeviceProblem>(hp));
+  }
+  int ran = 0;
+  for (const std::string& name : fmha_gpu_test::cuda_kernel_names()) {
+    for (int32_t splits : {0, 8}) {
+      size_t ws_bytes = 0;
+      bool supported = true;
+      for (auto& dp : steps) {
+        dp->params.kernel = name.c_str();
+        dp->params.num_splits = splits;
+        size_t n = 0;
+        const fmha_status qs = fmha_forward_workspace_size(h.get(), &dp->params, &n);
+        if (qs == FMHA_ERROR_UNSUPPORTED) supported = false;
+        else REQUIRE(qs == FMHA_SUCCESS);
+        ws_bytes = n > ws_bytes ? n : ws_bytes;
+      }
+      if (!supported) continue;
+      INFO(name << ", num_splits=" << splits << ", workspace " << ws_bytes << " bytes");
+      CudaBuffer ws(ws_bytes);
+      REQUIRE(ws.ok());
+      for (auto& dp : steps) dp->poison();
+      for (auto& dp : steps) REQUIRE(fmha_forward(h.get(), &dp->params, ws.get(), ws_bytes) == FMHA_SUCCESS);
+      REQUIRE_CUDA(cudaStreamSynchronize(stream));
+      for (auto& dp : steps) dp->check_all_rows("back to back");
+
+      cudaGraph_t graph = nullptr;
+      REQUIRE_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      fmha_status s = FMHA_SUCCESS;
+      for (auto& dp : steps)
+        if (s == FMHA_SUCCESS) s = fmha_forward(h.get(), &dp->params, ws.get(), ws_bytes);
+      const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+      REQUIRE(s == FMHA_SUCCESS);
+      REQUIRE_CUDA(end);
+      cudaGraphExec_t exec = nullptr;
+      REQUIRE_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int replay = 0; replay < 2; ++replay) {
+        for (auto& dp : steps) dp->poison();
+        REQUIRE_CUDA(cudaGraphLaunch(exec, stream));
+        REQUIRE_CUDA(cudaStreamSynchronize(stream));
+        for (auto& dp : steps) dp->check_all_rows("graph of four steps");
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      ++ran;
+    }
+  }
+  CHECK(ran > 0);
   REQUIRE(fmha_set_stream(h.get(), nullptr) == FMHA_SUCCESS);
   cudaStreamDestroy(stream);
 }
