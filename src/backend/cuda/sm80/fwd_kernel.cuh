@@ -477,7 +477,7 @@ struct WarpPV {
                              const LaneAddr<Cfg>& a) {
     constexpr int kRowBytes = Cfg::kPitch * 2;
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+    for (int kk = 0; kk < Cfg::kNTiles / 2; ++kk) {  // the warp's keys (a key warp's share)
       uint32_t pf[Cfg::kMSlices][4];
       pack_p_step<T, Cfg>(p, kk, pf);
 #pragma unroll
@@ -544,7 +544,7 @@ __device__ void warp_pv_guarded(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4],
   constexpr int kRowBytes = Cfg::kPitch * 2;
   constexpr uint32_t kOnes = NF::kOne | (NF::kOne << 16);
 #pragma unroll  // p lives in registers: its indices must be compile-time
-  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) {
+  for (int kk = 0; kk < Cfg::kNTiles / 2; ++kk) {
     uint32_t pf[Cfg::kMSlices][4], pw[Cfg::kMSlices][4];
     pack_p_step<T, Cfg>(p, kk, pf);
     pack_p_weights<T, Cfg>(p, kk, pw);
@@ -1212,6 +1212,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   constexpr bool kSoftcap = kOps == ScoreOps::kSoftcap;
   constexpr bool kAllOps = kOps == ScoreOps::kAll;
   static_assert(!(kFp8Kv && kAllOps), "the FP8 K/V kernels run no bias or ALiBi");
+  static_assert(!(kAllOps && Cfg::kKeyWarps > 1), "the staged bias is per row warp, whole key tiles");
+  static_assert(kFp8Kv || !Cfg::kOwnKeys, "16-bit key warps share each tile's copies and barriers");
   constexpr int kS = Cfg::kStages;
   static_assert(kS == 2 || !kAllOps, "the staged bias's wait_group counts below assume two stages");
   using KvT = std::conditional_t<kFp8Kv, uint8_t, T>;  // K/V elements in global memory
@@ -1457,7 +1459,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     }
   }
 
-  const LaneAddr<Cfg> addr(warp, lane);
+  const LaneAddr<Cfg> addr(row_warp, lane);
+  // A 16-bit key warp's share of a K or V stage starts key0 rows in (the
+  // swizzle repeats every 8 rows, so the lane addresses only shift).
+  [[maybe_unused]] const uint32_t key_off = static_cast<uint32_t>(key0 * Cfg::kPitch * 2);
   float o[Cfg::kMSlices][Cfg::kDTiles][4];
 #pragma unroll
   for (int ms = 0; ms < Cfg::kMSlices; ++ms)
@@ -1591,7 +1596,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         else
           WarpQKFp8<Cfg>::template run<__NV_E5M2>(s, smem, sKr, row_warp, key0, lane);
       } else {
-        WarpQK<T, Cfg>::run(s, sQ, sK + stage, addr);
+        WarpQK<T, Cfg>::run(s, sQ, sK + stage + key_off, addr);
       }
       if constexpr (kQkRowScaled) {  // the rows' 2^e(r) times the score factor (see q_row_factor)
 #pragma unroll
@@ -1658,9 +1663,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
                : PV::template run<__NV_E5M2, false>(o, s, sVr, key0, lane);
       } else {
         if (kGuardNonFiniteV && guard)
-          warp_pv_guarded<T, Cfg>(o, s, sV + stage, addr);
+          warp_pv_guarded<T, Cfg>(o, s, sV + stage + key_off, addr);
         else
-          WarpPV<T, Cfg>::run(o, s, sV + stage, addr);
+          WarpPV<T, Cfg>::run(o, s, sV + stage + key_off, addr);
       }
     }
     if constexpr (kFp8Kv) raw_stage = raw_stage == kRawStages - 1 ? 0 : raw_stage + 1;

@@ -110,6 +110,23 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
   static_assert(kHeadDim_ % 32 == 0, "whole 32-byte (k32) blocks of an FP8 key row");
 };
 
+// A 16-bit decode tile of kKeyWarps warps over one group of 16 rows, each
+// warp taking keys [g kKeysPerWarp, (g + 1) kKeysPerWarp) of every key tile
+// with its own running max / sum and O, merged after the key loop
+// (fwd_kernel.cuh: merge_key_warps). The CTA copies each tile and keeps the
+// 16-bit tiles' barrier pair. With one CTA per SM a B=16 GQA 32/8 decode
+// (128 units) fills the H200 unsplit, as cuDNN's decode kernel does, instead
+// of 4 splits of one-warp CTAs and a combine (docs/performance.md, "Where a
+// decode call's time goes"). An experiment (FMHA_SM80_STREAM_TILE).
+template <int kHeadDim_, int kBlockN_, int kMinBlocksPerSm_, int kStages_, int kKeyWarps_>
+struct KeyWarpTileConfig : TileConfig<kHeadDim_, 16, kBlockN_, 1, kMinBlocksPerSm_, kStages_> {
+  static constexpr int kKeyWarps = kKeyWarps_;
+  static constexpr int kThreads = kKeyWarps * 32;
+  static constexpr int kKeysPerWarp = kBlockN_ / kKeyWarps;
+  static constexpr int kNTiles = kKeysPerWarp / 8;  // n8 tiles of S per warp: its share
+  static_assert(kKeysPerWarp % 16 == 0, "each key warp takes whole k16 steps of P V");
+};
+
 // An experiment's variant of a key-warp tile whose key warps share each
 // tile's copies and the CTA's barrier pair (the tile before kOwnKeys).
 template <class Tile>
@@ -302,11 +319,13 @@ enum class PagedTile : unsigned char {
 // process by the host plan and the launch alike; unset or unknown: the
 // plan's choice. tools/device/paged3.sh times them. The candidates are the
 // two paged tiles (NarrowPaged 32.4.3, NarrowPagedMany 16.7.3), so only the
-// contiguous kernel's 16.7.3 is compiled for it; the earlier sweeps (64.3.2,
+// contiguous kernel's 16.7.3 is compiled for it, and for the contiguous
+// kernel the key-warp tiles "kBlockN.kMinBlocksPerSm.kStages.kKeyWarps"
+// 128.1.3.4 and 64.2.3.2 (KeyWarpTileConfig); the earlier sweeps (64.3.2,
 // 32.3.4, 16.3.8, 16.6.4, 64.2.3, 32.6.2: docs/performance.md, "Paged decode
 // with more tiles in flight", "Paged decode, a tile per shape") lost to them.
 #if FMHA_SM80_DECODE_EXPERIMENTS
-constexpr const char* kDecodeTileNames[] = {"32.4.3", "16.7.3"};
+constexpr const char* kDecodeTileNames[] = {"32.4.3", "16.7.3", "128.1.3.4", "64.2.3.2"};
 inline int sm80_decode_tile_choice(bool paged) {
   static const int paged_choice = env_choice("FMHA_SM80_PAGED_TILE", kDecodeTileNames);
   static const int stream_choice = env_choice("FMHA_SM80_STREAM_TILE", kDecodeTileNames);
@@ -327,6 +346,13 @@ auto with_decode16_tile(PagedTile paged_tile, Fn&& fn) {
       case 1: return fn(DecodeTileD128<32, 4, 3>{});
       case 2: return fn(DecodeTileD128<16, 7, 3>{});
       default: break;
+    }
+    if constexpr (!kPaged) {  // key-warp tiles: contiguous K/V only
+      switch (sm80_decode_tile_choice(kPaged)) {
+        case 3: return fn(KeyWarpTileConfig<128, 128, 1, 3, 4>{});
+        case 4: return fn(KeyWarpTileConfig<128, 64, 2, 3, 2>{});
+        default: break;
+      }
     }
   }
 #endif
