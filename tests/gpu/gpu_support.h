@@ -44,6 +44,14 @@ struct ExplainCapture {
 // Names of the registered CUDA kernels ("cuda_*"), in registry order.
 std::vector<std::string> cuda_kernel_names();
 
+// Whether `kernel` declined only because this build compiled no instance of
+// the head dim its message names ("does not run head_dim=D"): a reduced
+// build's FMHA_SM80_INSTANCES / FMHA_SM90_INSTANCES (CMake; the test gets
+// the lists as compile definitions) may leave a head dim out, which the
+// default lists have. With the default lists it is always false, so a
+// refusal of a built head dim still fails the test.
+bool head_dim_not_built(const std::string& kernel, fmha_status status, const std::string& message);
+
 // The runner's memory on the current CUDA device; synchronize() waits for
 // `stream` (the stream the handle was given; null = legacy default).
 class CudaMemory final : public fmha_test::DeviceMemory {
