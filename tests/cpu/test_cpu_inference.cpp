@@ -172,3 +172,42 @@ TEST_CASE("inference numerics: the same bits for any thread count") {
     }
   }
 }
+
+TEST_CASE("an F32 o is FP32-accurate whatever the inputs' dtype, on every CPU path") {
+  // The reference reads the inputs as stored, so an F32 o owes FP32
+  // accuracy (kToleranceF32), not the inputs' dtype's: the amx path's tiles
+  // take P in BF16 planes (16 bits at most) and once gave a BF16 problem's
+  // F32 o an error of 2e-3 (cpu_attention.cpp: amx_tiles_run). Query blocks
+  // of many rows (the padded product, where the tiles run), GQA 6/2, descales
+  // up to 2 on q, k and v; this test runs once per path (test_cpu_isa_*).
+  CpuHandle handle;
+  ft::HostMemory memory;
+  const fmha_dtype kPairs[][2] = {{FMHA_DTYPE_BF16, FMHA_DTYPE_BF16},
+                                  {FMHA_DTYPE_F16, FMHA_DTYPE_F16},
+                                  {FMHA_DTYPE_F16, FMHA_DTYPE_F8E4M3},
+                                  {FMHA_DTYPE_BF16, FMHA_DTYPE_F8E5M2}};
+  for (const auto& pair : kPairs) {
+    for (int64_t d : {64, 128}) {
+      ft::ServingCase c;
+      c.dtype = pair[0];
+      c.kv_dtype = pair[1];
+      c.o_dtype = FMHA_DTYPE_F32;
+      c.heads_q = 6;
+      c.heads_kv = 2;
+      c.head_dim = d;
+      c.len_q = {200, 200};
+      c.len_k = {260, 260};
+      c.q_layout = ft::QLayout::kDense;
+      c.kv_layout = ft::KvLayout::kDense;
+      c.mask_flags = FMHA_MASK_CAUSAL;
+      c.q_descale = c.k_descale = c.v_descale = true;
+      CAPTURE(c.name());
+      ft::RunOptions opt;
+      opt.kernel = "cpu_tiled";
+      const ft::CaseResult r = ft::PreparedServingCase(c).run(handle.get(), memory, opt);
+      REQUIRE_MESSAGE(r.ok(), r.report());
+      CHECK_MESSAGE(r.o.rel_l2 <= ft::kToleranceF32.o_rel_l2, r.report());
+      CHECK_MESSAGE(r.o.max_abs_rel() <= ft::kToleranceF32.o_max_abs_rel, r.report());
+    }
+  }
+}

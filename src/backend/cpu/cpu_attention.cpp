@@ -386,6 +386,26 @@ static_assert(kPackChunkKeys % 2 == 0, "a chunk holds whole key pairs");
 // Keys ahead whose K and V rows the packing prefetches (not tuned).
 constexpr int64_t kPackPrefetchKeys = 8;
 
+// Whether the amx path's tiles run a problem's query blocks: q BF16 or F16,
+// K/V BF16, F16 or FP8, and o F16 or BF16. P goes onto the tiles as BF16
+// planes, at most 16 bits (hi + lo: amx_p_one_plane), short of an F32 o's
+// precision (tolerance 2e-5 relative), so an F32 o takes the FP32 path: with
+// P on the tiles a BF16 problem's F32 o was off by 2e-3 and an F16 one's by
+// 2.3e-5 under a v_descale of up to 4 (the Rust and Python bindings' descale
+// tests on a Sapphire Rapids CI machine, 2026-12-02).
+constexpr bool amx_tiles_run(fmha_dtype q, fmha_dtype kv, fmha_dtype o) {
+  return (q == FMHA_DTYPE_BF16 || q == FMHA_DTYPE_F16) &&
+         (kv == FMHA_DTYPE_BF16 || kv == FMHA_DTYPE_F16 || kv == FMHA_DTYPE_F8E4M3 || kv == FMHA_DTYPE_F8E5M2) &&
+         o != FMHA_DTYPE_F32;
+}
+// P rounded to BF16 (one plane) instead of split to 16 bits (two): only for
+// a BF16 o of a BF16 q or K/V, whose tolerance allows it (bench_cpu H2 N512
+// D128 causal BF16: rel-L2 1.6e-3 against 1.3e-3 with FP32 P, the BF16
+// tolerance 1e-2).
+constexpr bool amx_p_one_plane(fmha_dtype q, fmha_dtype kv, fmha_dtype o) {
+  return o == FMHA_DTYPE_BF16 && (q == FMHA_DTYPE_BF16 || kv == FMHA_DTYPE_BF16);
+}
+
 struct PackLayout {
   int64_t keys;    // columns of K^T, rows of V (0: no packing)
   int64_t planes;  // 1, or 2 with lo planes
@@ -398,10 +418,7 @@ PackLayout pack_layout(const Problem& p, const Plan& plan) {
   PackLayout k{};
 #if FMHA_CPU_X86_VARIANTS && FMHA_CPU_AMX
   const fmha_dtype kvt = p.kv_dtype;
-  const bool q_ok = p.dtype == FMHA_DTYPE_BF16 || p.dtype == FMHA_DTYPE_F16;
-  const bool kv_ok = kvt == FMHA_DTYPE_BF16 || kvt == FMHA_DTYPE_F16 || kvt == FMHA_DTYPE_F8E4M3 ||
-                     kvt == FMHA_DTYPE_F8E5M2;
-  if (active_isa() != CpuIsa::kAmx || plan.packed || !q_ok || !kv_ok) return k;
+  if (active_isa() != CpuIsa::kAmx || plan.packed || !amx_tiles_run(p.dtype, kvt, p.o_dtype)) return k;
   const int64_t dp = round_up(p.head_dim, kMicroCols);
   const int64_t keys = round_up(p.seq_k, amx::kBlock) + amx::kBlock;
   k.planes = kvt == FMHA_DTYPE_F16 ? 2 : 1;
@@ -1737,13 +1754,12 @@ FMHA_CPU_INLINE void run_block(const Job& job, int64_t item, int worker) {
   // DP)), P rows x keys. Every operand is a BF16 plane (hi), exact for BF16
   // and FP8 values (FP8 has 2-3 mantissa bits and BF16's exponent range
   // covers it), with a second plane (lo, amx::split: exact) for F16 q or
-  // K/V; P is rounded to BF16 (one plane) when q or K/V is BF16, whose
-  // tolerance allows it, and otherwise split to 16 bits.
-  const bool amx = kAmx && !dot && (dt == FMHA_DTYPE_BF16 || dt == FMHA_DTYPE_F16) &&
-                   (kv_16 || kvt == FMHA_DTYPE_F8E4M3 || kvt == FMHA_DTYPE_F8E5M2);
+  // K/V; P is rounded to BF16 (one plane) or split to 16 bits
+  // (amx_p_one_plane). An F32 o takes the FP32 path (amx_tiles_run).
+  const bool amx = kAmx && !dot && amx_tiles_run(dt, kvt, ot);
   [[maybe_unused]] const bool q_split = amx && dt == FMHA_DTYPE_F16;  // Q has a lo plane
   const bool kv_split = amx && kvt == FMHA_DTYPE_F16;  // K and V have lo planes
-  [[maybe_unused]] const bool p_split = amx && dt != FMHA_DTYPE_BF16 && kvt != FMHA_DTYPE_BF16;
+  [[maybe_unused]] const bool p_split = amx && !amx_p_one_plane(dt, kvt, ot);
   const bool kv_raw = amx && kvt == FMHA_DTYPE_BF16;   // K/V rows copied as they are
   // Q and K both of that dtype (fmha.h 0.3 allows FP8 K/V beside a 16-bit
   // q: those take the FP32 path, or the amx path's tiles).
