@@ -44,6 +44,8 @@ mkdir -p "$out"
 bdir=${KEYWARP2_BUILD_DIR:-/tmp/fmha-keywarp2-build}
 stage=${STAGE:-all}
 summary="$out/summary.txt"
+tmp_dir=$(mktemp -d)  # a step's own log before it joins one of the six
+trap 'rm -rf "$tmp_dir"' EXIT
 [ "$stage" = run ] || : >"$summary"
 status=0
 command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
@@ -59,9 +61,9 @@ if [ "$stage" != run ]; then
     -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF \
     -DFMHA_BUILD_RUST=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real -DFMHA_SM80_DECODE_EXPERIMENTS=ON \
     "-DFMHA_SM80_INSTANCES=f16:128;bf16:128" "-DFMHA_SM90_INSTANCES=f16:128;bf16:128" || exit 1
-  step build "$out/build_run.log" cmake --build "$bdir" -j"${JOBS:-16}" --target fmha test_gpu test_internal bench_cuda
+  step build "$tmp_dir/build.log" cmake --build "$bdir" -j"${JOBS:-16}" --target fmha test_gpu test_internal bench_cuda
   rc=$?
-  cat "$out/build_run.log" >>"$out/build.log" && rm -f "$out/build_run.log"
+  cat "$tmp_dir/build.log" >>"$out/build.log"
   if [ $rc -ne 0 ]; then
     grep -E 'error' "$out/build.log" | head -20 >>"$summary"
     exit 1
@@ -86,11 +88,9 @@ candidates=${CANDIDATES:-128.1.3.4c 128.1.3.8 64.2.3.4 64.2.3.2}
 : >"$out/perf.log"
 : >"$out/sweep.log"
 
-# with_tile TILE CMD...: CMD with both decode tiles forced to TILE ("default": neither).
-with_tile() {
-  local tile=$1
-  shift
-  if [ "$tile" = default ]; then "$@"; else FMHA_SM80_STREAM_TILE=$tile FMHA_SM80_PAGED_TILE=$tile "$@"; fi
+# tile_env TILE: the env(1) arguments that force both decode tiles to TILE ("default": neither).
+tile_env() {
+  if [ "$1" = default ]; then echo "env"; else echo "env FMHA_SM80_STREAM_TILE=$1 FMHA_SM80_PAGED_TILE=$1"; fi
 }
 # run_into LOG NAME TIMEOUT PATTERN LINES TILE CMD...: a guarded step whose log is appended to LOG.
 run_into() {
@@ -98,9 +98,12 @@ run_into() {
   shift 6
   left "$secs" || { note "stopped before $name (time)"; return 0; }
   echo "## tiles paged=$tile step=$name" >>"$log"
-  STEP_TIMEOUT=$secs STEP_PATTERN=$pattern STEP_LINES=$lines step "$name" "$out/step_run.log" with_tile "$tile" "$@" ||
-    status=1
-  cat "$out/step_run.log" >>"$log" && rm -f "$out/step_run.log"
+  local prefix
+  read -r -a prefix <<<"$(tile_env "$tile")"
+  local tmp_log
+  tmp_log="$tmp_dir/$(basename "$log")"
+  STEP_TIMEOUT=$secs STEP_PATTERN=$pattern STEP_LINES=$lines step "$name" "$tmp_log" "${prefix[@]}" "$@" || status=1
+  cat "$tmp_log" >>"$log" && rm -f "$tmp_log"
 }
 test_pat='ERROR:|\[doctest\] (test cases|assertions)|cases;|FAIL'
 bench_pat='copy bandwidth [0-9]'
@@ -140,7 +143,7 @@ note "best candidate by bench round 1: $best"
 # 3. The decode groups with each candidate forced (every third case).
 cgroups="serving: decode*,serving: paged decode pipeline*,serving: key-warp decode tile*,a NaN in V reaches exactly the rows that see its key: decode*"
 for c in $candidates; do
-  FMHA_TEST_QUICK=2 run_into "$out/tests.log" "tests-$c" 25 "$test_pat" 8 "$c" "$tests" -tc="$cgroups"
+  run_into "$out/tests.log" "tests-$c" 25 "$test_pat" 8 "$c" env FMHA_TEST_QUICK=2 "$tests" -tc="$cgroups"
 done
 
 # 4. Two interleaved rounds, default and best.

@@ -202,8 +202,9 @@ FwdGrid grid_for(const Problem& p, const DeviceInfo& dev, int64_t pack, bool nar
 template <int kHeadDim>
 sm80::Decode16Choice decode16_choice(const Problem& p, const DeviceInfo& dev) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
+  // What sm80_supports checks: the tile's shape (shape_of: the most any layout takes).
   const int need = p.layout.paged() ? Tuning::NarrowPaged::smem_bytes(true, false)
-                                    : Tuning::NarrowStream::smem_bytes(false, false);
+                                    : Tuning::NarrowStream::smem_bytes(true, false);
   return dev.smem_per_block_optin < static_cast<size_t>(need) ? sm80::Decode16Choice::kCompact
                                                              : sm80::Decode16Choice::kDefault;
 }
