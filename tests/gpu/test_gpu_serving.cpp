@@ -280,8 +280,8 @@ TEST_CASE("serving: paged gather edges, page sizes 8..256, pages across key tile
 }
 
 TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than its stages hold, many splits") {
-  // cuda_sm80_tc's decode tile at D=128 (Sm80Tuning::NarrowPaged) keeps
-  // several smaller key tiles in flight and stages their block-table
+  // cuda_sm80_tc's decode tiles at D=128 (Sm80Tuning::NarrowPaged, 128 keys
+  // over 4 key warps; NarrowCompact, 32 keys) keep several key tiles in flight and stages their block-table
   // entries 2S - 2 tiles ahead: sequences of fewer keys than the stages
   // hold (0, 1, 2, 17), tiles and pages that end on and off each other
   // (33, 95, 129, odd), splits of 0, 1 and 2 key tiles (16, 40 splits), one
@@ -323,8 +323,9 @@ TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than it
 TEST_CASE("serving: decode of one long sequence over 65-128 key splits, paged and dense") {
   // cuda_sm80_tc's 16-bit decode tiles split up to kCombineMaxSplits (128)
   // times: one sequence of GQA 32/8 takes 66 automatic splits on the
-  // H200's NarrowPaged and NarrowStream (8 units, 528 slots); forced 100
-  // and 128 (the others cap at 64). Partials of that many splits through
+  // H200's one-warp 4-CTA tile (NarrowCompact: 8 units, 528 slots; the
+  // key-warp tiles take 16); forced 100 and 128 (one or two 128-key tiles
+  // a split on the key-warp tile; the others cap at 64). Partials of that many splits through
   // the shared combine, against the reference.
   std::vector<ServingCase> cases;
   for (int n = 0; n < 2; ++n) {
