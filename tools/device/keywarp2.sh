@@ -8,13 +8,15 @@
 # /tmp/fmha-keywarp2-build, outside the repository), -j${JOBS:-16}.
 #
 #   build: fmha, test_gpu, test_internal, bench_cuda (Release, sm_90 machine
-#     code; cuda_sm80_tc and cuda_sm90_ws f16/bf16 D=128) with
+#     code; cuda_sm80_tc f16/bf16 D=128 and bf16 D=64 / D=256, whose decode
+#     tiles are key-warp tiles now too; cuda_sm90_ws f16/bf16 D=128) with
 #     FMHA_SM80_DECODE_EXPERIMENTS=ON, so that FMHA_SM80_STREAM_TILE (contiguous)
 #     and FMHA_SM80_PAGED_TILE (paged) force a D=128 decode tile by name (both
 #     set alike here): 128.1.3.4c = the default's tile with the CTA's shared
 #     copies (the 2026-12-02 run's), 128.1.3.8 = 8 key warps of 16 keys,
 #     64.2.3.4 / 64.2.3.2 = 64 keys over 4 / 2 key warps, 2 CTAs per SM; 32.4.3
-#     = the one-warp tile before (NarrowCompact), 16.7.3 = NarrowPagedMany before
+#     = the one-warp tile before (NarrowCompact), 16.7.3 = NarrowPagedMany before,
+#     narrow = the head dim's one-warp Narrow tile (D=64 / D=256's decode tile before)
 #   run (every step guarded by the elapsed time; the run stage ends within ~230 s):
 #   1. test_gpu's decode, serving, paged, NaN-in-V, band, back-to-back, repeat
 #      and case-matrix groups on the default tiles; test_internal's choose_splits
@@ -29,7 +31,9 @@
 #      (round 2) bench_cuda's serving decode again
 #   5. B=1 Nk=131072 split sweep on the default tile: timeline.py --splits
 #      0,16,24,33,66 --min-n 131072; bench_cuda --splits 24, 33 (paged / contiguous)
-#   6. while time lasts: bench_cuda on 32.4.3 and 16.7.3 forced
+#   6. while time lasts: BF16 K/V decode at D=64 and D=256 (bench_cuda --suite
+#      fp8kv --d D --case 'bf16 K/V', B=1 Nk=131072 / B=16 Nk=8192), default
+#      against narrow; bench_cuda on 32.4.3 and 16.7.3 forced
 #   summary.txt ends with a table: per tile, the bench rows (median ms;
 #   contiguous [share of copy], paged [speed / contiguous]), then the call spans
 #   and the fmha / cuDNN rows of compare_torch.
@@ -60,7 +64,7 @@ if [ "$stage" != run ]; then
   step configure "$out/build.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF \
     -DFMHA_BUILD_RUST=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real -DFMHA_SM80_DECODE_EXPERIMENTS=ON \
-    "-DFMHA_SM80_INSTANCES=f16:128;bf16:128" "-DFMHA_SM90_INSTANCES=f16:128;bf16:128" || exit 1
+    "-DFMHA_SM80_INSTANCES=f16:128;bf16:128;bf16:64;bf16:256" "-DFMHA_SM90_INSTANCES=f16:128;bf16:128" || exit 1
   step build "$tmp_dir/build.log" cmake --build "$bdir" -j"${JOBS:-16}" --target fmha test_gpu test_internal bench_cuda
   rc=$?
   cat "$tmp_dir/build.log" >>"$out/build.log"
@@ -164,7 +168,13 @@ for s in 24 33; do
   run_into "$out/bench.log" "bench-default-s$s" 25 "$bench_pat" 1 default "$bench" --suite serving --splits "$s"
 done
 
-# 6. The one-warp tiles, for the record.
+# 6. D=64 / D=256 BF16 K/V decode, key-warp default against the one-warp Narrow; the
+#    D=128 one-warp tiles, for the record.
+for d in 64 256; do
+  for tile in default narrow; do
+    run_into "$out/sweep.log" "d$d-$tile" 20 '\| B=' 4 "$tile" "$bench" --suite fp8kv --d "$d" --case 'bf16 K/V'
+  done
+done
 for c in 32.4.3 16.7.3; do bench_run "bench-$c" "$c" --splits 0; done
 
 {
@@ -172,6 +182,9 @@ for c in 32.4.3 16.7.3; do bench_run "bench-$c" "$c" --splits 0; done
   echo
   echo "timeline call spans (us; tile per '## tiles' line):"
   grep -E '^## tiles|call span' "$out/perf.log" "$out/sweep.log" | sed -E 's/^[^:]*://; s/kernel\(s\) per call, //'
+  echo
+  echo "BF16 K/V decode at D=64 / D=256 (bench_cuda fp8kv rows: ms, K+V TB/s, of copy):"
+  grep -E '^## tiles paged=\S+ step=d|^\| B=' "$out/sweep.log"
   echo
   echo "compare_torch (ms; speed = peer time / fmha time):"
   grep -E '^## tiles|^B[0-9]|K\+V TB/s|MISMATCH' "$out/perf.log" | head -60

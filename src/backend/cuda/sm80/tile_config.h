@@ -350,12 +350,14 @@ enum class Decode16Choice : unsigned char {
 // keys over 4 (64.2.3.4) and 2 (64.2.3.2) key warps at 2 CTAs per SM, and
 // the one-warp tiles before them, 32.4.3 (NarrowCompact) and 16.7.3 (the
 // former NarrowPagedMany). (64.2.4.2 would need 132 KB: not 2 CTAs per SM
-// in 228 KB.) The earlier sweeps (64.3.2, 32.3.4, 16.3.8, 16.6.4, 64.2.3,
+// in 228 KB.) At every head dim, "narrow" forces the head dim's Narrow tile
+// (one warp; the decode tile of D=32, 64 and 256 before 2026-12-02) on the
+// plain kernels. The earlier sweeps (64.3.2, 32.3.4, 16.3.8, 16.6.4, 64.2.3,
 // 32.6.2: docs/performance.md, "Paged decode with more tiles in flight",
 // "Paged decode, a tile per shape") lost to 32.4.3 and 16.7.3.
 #if FMHA_SM80_DECODE_EXPERIMENTS
 constexpr const char* kDecodeTileNames[] = {"32.4.3",   "16.7.3",   "128.1.3.4c", "128.1.3.8",
-                                            "64.2.3.4", "64.2.3.2", "128.1.3.4"};
+                                            "64.2.3.4", "64.2.3.2", "128.1.3.4",  "narrow"};
 inline int sm80_decode_tile_choice(bool paged) {
   static const int paged_choice = env_choice("FMHA_SM80_PAGED_TILE", kDecodeTileNames);
   static const int stream_choice = env_choice("FMHA_SM80_STREAM_TILE", kDecodeTileNames);
@@ -380,6 +382,9 @@ auto with_decode16_tile(Decode16Choice choice, Fn&& fn) {
       case 6: return fn(KeyWarpTileD128<64, 2, 3, 2>{});
       default: break;  // 7 (128.1.3.4): the default tile
     }
+  }
+  if constexpr (kPlain) {
+    if (sm80_decode_tile_choice(kPaged) == 8) return fn(typename Sm80Tuning<kHeadDim>::Narrow{});
   }
 #endif
   using Tuning = Sm80Tuning<kHeadDim>;
