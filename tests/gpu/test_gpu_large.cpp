@@ -337,3 +337,78 @@ TEST_CASE("a NaN in V reaches exactly the rows that see its key (fmha.h's NaN ru
         }
     }
 }
+
+TEST_CASE("a NaN in V reaches exactly the rows that see its key: decode over key-warp shares, windows") {
+  // GQA 32/8 D=128 decode, Nq = 1 and Nq = 4 (causal), a left window of 300
+  // keys over Nk = 1000: row i (query i of Nq) sees keys [d(i) - 300, d(i)],
+  // d(i) = i + Nk - Nq. The window's left edge falls inside the 128-key
+  // tile 640..767 of cuda_sm80_tc's key-warp decode tile (4 key warps of 32
+  // keys: 640-671, 672-703, 704-735, 736-767), an edge tile whose V holds a
+  // NaN: in a key no row sees (660, first share), in a key only some rows
+  // see (697, second share: rows 0 and 1 of Nq = 4, as the 4 query heads of
+  // each), and in a key every row sees (720, third share). Rows that do not
+  // see it must come out as without it; rows that do, NaN in every column.
+  GpuHandle h;
+  REQUIRE(h.status() == FMHA_SUCCESS);
+  constexpr int64_t kNk = 1000, kWindow = 300, kD = 128;
+  for (fmha_dtype dt : {FMHA_DTYPE_F16, FMHA_DTYPE_BF16})
+    for (int64_t nq : {1, 4}) {
+      HashedProblem hp;
+      hp.dtype = dt;
+      hp.batch = 2;
+      hp.heads_q = 32;
+      hp.heads_kv = 8;
+      hp.seq_q = nq;
+      hp.seq_k = kNk;
+      hp.head_dim = kD;
+      hp.mask_flags = nq > 1 ? FMHA_MASK_CAUSAL : FMHA_MASK_NONE;
+      hp.window_left = static_cast<int32_t>(kWindow);
+      hp.set_contiguous(2000 + nq);
+      for (int64_t key : {660, 697, 720})
+        for (const std::string& name : fmha_gpu_test::cuda_kernel_names())
+          for (int32_t splits : {0, 3, 7}) {
+            HashedBuffers buf(hp, true);
+            REQUIRE(buf.ok());
+            std::vector<unsigned char> o_clean, o_nan;
+            std::vector<float> lse_clean, lse_nan;
+            std::string msg;
+            fmha_status s = buf.run(h.get(), name.c_str(), splits, &o_clean, &lse_clean, &msg);
+            if (s == FMHA_ERROR_UNSUPPORTED) continue;
+            REQUIRE_MESSAGE(s == FMHA_SUCCESS, name << ": " << msg);
+            buf.poison_keys(key, key + 1, /*v_only=*/true);
+            s = buf.run(h.get(), name.c_str(), splits, &o_nan, &lse_nan, &msg);
+            REQUIRE_MESSAGE(s == FMHA_SUCCESS, name << ": " << msg);
+            int64_t leaked = 0, missed = 0, drift = 0, lse_changed = 0, seen = 0;
+            for (int64_t b = 0; b < hp.batch; ++b)
+              for (int64_t hd = 0; hd < hp.heads_q; ++hd)
+                for (int64_t i = 0; i < nq; ++i) {
+                  const int64_t diag = i + kNk - nq;
+                  const bool sees = key >= diag - kWindow && key <= diag;
+                  seen += sees;
+                  const int64_t row = (b * hp.heads_q + hd) * nq + i;
+                  for (int64_t c = 0; c < kD; ++c) {
+                    const float clean = fmha_test::load_element(o_clean.data(), dt, row * kD + c);
+                    const float got = fmha_test::load_element(o_nan.data(), dt, row * kD + c);
+                    if (!sees) {
+                      if (!std::isfinite(got)) ++leaked;
+                      else if (std::fabs(got - clean) > 2e-2f * (1.f + std::fabs(clean))) ++drift;
+                    } else if (!std::isnan(got)) {
+                      ++missed;
+                    }
+                  }
+                  if (!(std::fabs(lse_nan[row] - lse_clean[row]) <= 1e-3f)) ++lse_changed;
+                }
+            CAPTURE(name);
+            CAPTURE(splits);
+            CAPTURE(nq);
+            CAPTURE(key);
+            CAPTURE(static_cast<int>(dt));
+            const int64_t rows_seeing = key == 660 ? 0 : key == 720 ? nq : nq > 1 ? 2 : 0;  // of Nq, per head
+            CHECK(seen == hp.batch * hp.heads_q * rows_seeing);
+            CHECK(leaked == 0);
+            CHECK(lse_changed == 0);
+            CHECK(missed == 0);
+            CHECK(drift == 0);
+          }
+    }
+}

@@ -284,8 +284,8 @@ TEST_CASE("serving: paged gather edges, page sizes 8..256, pages across key tile
 }
 
 TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than its stages hold, many splits") {
-  // cuda_sm80_tc's decode tile at D=128 (Sm80Tuning::NarrowPaged) keeps
-  // several smaller key tiles in flight and stages their block-table
+  // cuda_sm80_tc's decode tiles at D=128 (Sm80Tuning::NarrowPaged, 128 keys
+  // over 4 key warps; NarrowCompact, 32 keys) keep several key tiles in flight and stages their block-table
   // entries 2S - 2 tiles ahead: sequences of fewer keys than the stages
   // hold (0, 1, 2, 17), tiles and pages that end on and off each other
   // (33, 95, 129, odd), splits of 0, 1 and 2 key tiles (16, 40 splits), one
@@ -327,8 +327,9 @@ TEST_CASE("serving: paged decode pipeline, page sizes 8..256, fewer keys than it
 TEST_CASE("serving: decode of one long sequence over 65-128 key splits, paged and dense") {
   // cuda_sm80_tc's 16-bit decode tiles split up to kCombineMaxSplits (128)
   // times: one sequence of GQA 32/8 takes 66 automatic splits on the
-  // H200's NarrowPaged and NarrowStream (8 units, 528 slots); forced 100
-  // and 128 (the others cap at 64). Partials of that many splits through
+  // H200's one-warp 4-CTA tile (NarrowCompact: 8 units, 528 slots; the
+  // key-warp tiles take 16); forced 100 and 128 (one or two 128-key tiles
+  // a split on the key-warp tile; the others cap at 64). Partials of that many splits through
   // the shared combine, against the reference.
   std::vector<ServingCase> cases;
   for (int n = 0; n < 2; ++n) {
@@ -345,6 +346,50 @@ TEST_CASE("serving: decode of one long sequence over 65-128 key splits, paged an
     cases.push_back(c);
   }
   run_group("decode over 65-128 splits", cases, {0, 100, 128});
+}
+
+TEST_CASE("serving: key-warp decode tile: key counts off its tiles, splits, softcap, windows, pages of 1 and 256") {
+  // cuda_sm80_tc's D=128 decode tile (NarrowStream / NarrowPaged) splits each
+  // 128-key tile over 4 key warps of 32 keys, each copying its own share
+  // (and, paged, staging its share's block-table entries): key counts that
+  // end inside a share and inside a tile (1000 = 7 x 128 + 104: the fourth
+  // share empty; 4097; 131; 33), splits whose boundaries fall between
+  // shares, dense K/V without metadata, seqused_k and pages of 1 (one
+  // table entry per key, 32 per share), 16 (two per share) and 256 (two
+  // tiles per page), both storages; softcap, and a left window whose edge
+  // falls inside a tile (edge masks at n0 + key0), with causal Nq = 4.
+  std::vector<ServingCase> cases;
+  int n = 0;
+  for (int variant = 0; variant < 4; ++variant)
+    for (fmha_dtype dt : kHalf) {
+      ServingCase c = base(dt, 32, 8, 128);
+      switch (variant) {
+        case 0:  // dense K/V, one length for the batch
+          c.kv_layout = KvLayout::kDense;
+          c.len_k = {1000, 1000, 1000};
+          break;
+        case 1:  // seqused_k over a dense cache
+          c.kv_layout = KvLayout::kDense;
+          c.seqused_k = true;
+          c.len_k = {4097, 131, 33, 1000};
+          break;
+        default:  // pages of 1 (variant 2) and 256 (3)
+          shuffled_pages(&c, variant == 2 ? 1 : 256, n);
+          c.len_k = {4097, 131, 0, 1000, 33};
+          break;
+      }
+      const int64_t nq = n % 2 ? 4 : 1;
+      c.len_q = std::vector<int64_t>(c.len_k.size(), nq);
+      c.q_layout = n % 3 == 0 ? QLayout::kRagged : QLayout::kDense;
+      if (n % 2) {
+        c.mask_flags = FMHA_MASK_CAUSAL;
+        c.window_left = 300;
+      }
+      if (n % 4 == 2) c.softcap = 20.f;
+      cases.push_back(c);
+      ++n;
+    }
+  run_group("key-warp decode tile", cases, {0, 1, 3, 7, 16});
 }
 
 // The case of the paged decode pipeline group that did not return within
@@ -433,15 +478,14 @@ TEST_CASE("serving: explain names why cuda_sm90_ws is passed over for a paged de
   CHECK(cudaDeviceSynchronize() == cudaSuccess);
 }
 
-// cuda_sm80_tc's plain paged decode picks its tile per shape (sm80_forward.cu:
-// paged_tile_choice): NarrowPagedMany (D=128: 16 keys, 7 CTAs per SM) when
-// the grid keeps more CTAs per SM busy on it, NarrowPaged (32 keys, 4 CTAs)
-// otherwise (or when it would need more than 64 splits); explain's plan
-// line names it and the split count (up to 128 for the 16-bit decode tiles). Explain only (nothing runs), so
-// the pages need not exist: the tensors claim the pages of 16 sequences of
-// 8192 keys (or one of 131072) over a small buffer. The runs of both tiles
-// are the pipeline and decode groups above (their split counts reach both).
-TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per shape") {
+// cuda_sm80_tc's decode tile at D=128 is the key-warp tile (NarrowStream /
+// NarrowPaged: 128 keys over 4 key warps, one CTA per SM) where the device
+// gives a block its 198 KB of shared memory, else NarrowCompact (32 keys, 4
+// CTAs per SM; sm80_forward.cu: decode16_choice); explain's plan line
+// names it and the split count. Explain only (nothing runs), so the pages
+// need not exist: the tensors claim the pages of 16 sequences of 8192 keys
+// (or one of 131072) over a small buffer.
+TEST_CASE("serving: explain names cuda_sm80_tc's decode tile and its splits, paged and dense") {
   GpuHandle h;
   REQUIRE(h.status() == FMHA_SUCCESS);
   cudaDeviceProp prop{};
@@ -454,7 +498,7 @@ TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per s
   REQUIRE(all.ok());
   void* const out_base = all.get();
   void* const in_base = static_cast<char*>(all.get()) + (1 << 20);
-  auto plan_of = [&](int64_t B, int64_t nk, int32_t splits, float softcap) {
+  auto plan_of = [&](int64_t B, int64_t nk, int32_t splits, float softcap, bool paged = true) {
     const int64_t pages = B * nk / ps;
     fmha_forward_params p;
     fmha_forward_params_init(&p);
@@ -463,11 +507,16 @@ TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per s
     };
     p.q = tensor(B, Hq, 1, in_base);
     p.o = tensor(B, Hq, 1, out_base);
-    p.k = tensor(pages, Hk, ps, in_base);
-    p.v = tensor(pages, Hk, ps, in_base);
-    p.seqused_k = static_cast<const int32_t*>(in_base);
-    p.block_table = static_cast<const int32_t*>(in_base);
-    p.block_table_stride = nk / ps;
+    if (paged) {
+      p.k = tensor(pages, Hk, ps, in_base);
+      p.v = tensor(pages, Hk, ps, in_base);
+      p.seqused_k = static_cast<const int32_t*>(in_base);
+      p.block_table = static_cast<const int32_t*>(in_base);
+      p.block_table_stride = nk / ps;
+    } else {
+      p.k = tensor(B, Hk, nk, in_base);
+      p.v = tensor(B, Hk, nk, in_base);
+    }
     p.num_splits = splits;
     p.softcap = softcap;
     p.kernel = "cuda_sm80_tc";
@@ -484,31 +533,37 @@ TEST_CASE("serving: explain names cuda_sm80_tc's paged decode tile, chosen per s
     return;
   }
   CHECK(b16.find("plan: decode tile ") != std::string::npos);
-  if (std::getenv("FMHA_SM80_PAGED_TILE") != nullptr) {
-    MESSAGE("FMHA_SM80_PAGED_TILE names the tile (experiments build): the choice is not checked");
+  if (std::getenv("FMHA_SM80_PAGED_TILE") != nullptr || std::getenv("FMHA_SM80_STREAM_TILE") != nullptr) {
+    MESSAGE("FMHA_SM80_PAGED_TILE / FMHA_SM80_STREAM_TILE name the tile (experiments build): not checked");
     return;
   }
-  // The choice depends on the SM count; these hold from 104 to 160 SMs
-  // (A100 108, H100 / H200 132).
-  if (prop.multiProcessorCount < 104 || prop.multiProcessorCount > 160) {
-    MESSAGE("device of " << prop.multiProcessorCount << " SMs: the tile choice is not checked");
+  const std::string dense = plan_of(16, 8192, 0, 0.f, false);
+  INFO(dense);
+  if (prop.sharedMemPerBlockOptin < 202752) {  // NarrowPaged's 198 KB
+    CHECK(b16.find("plan: decode tile NarrowCompact: 16 rows x 32 keys, 3 stages, 4 CTAs per SM") !=
+          std::string::npos);
+    CHECK(dense.find("plan: decode tile NarrowCompact: ") != std::string::npos);
     return;
   }
-  // 128 units: 7 CTAs per SM on NarrowPagedMany against 4.
-  CHECK(b16.find("plan: decode tile NarrowPagedMany: 16 rows x 16 keys, 3 stages, 7 CTAs per SM") !=
-        std::string::npos);
-  // 8 units would need more than 64 splits to fill the 7-CTA tile (115 on
-  // the H200): the 4-CTA tile, 66 splits (the 16-bit decode tiles split up
-  // to 128 times).
+  const char* const kKeyWarpTile = "16 rows x 128 keys (4 key warps of 32), 3 stages, 1 CTAs per SM";
+  CHECK(b16.find(std::string("plan: decode tile NarrowPaged: ") + kKeyWarpTile) != std::string::npos);
+  CHECK(dense.find(std::string("plan: decode tile NarrowStream: ") + kKeyWarpTile) != std::string::npos);
+  // The softcap kernel runs the same tiles; a requested split count is kept.
+  CHECK(plan_of(16, 8192, 0, 30.f).find("plan: decode tile NarrowPaged: ") != std::string::npos);
+  CHECK(plan_of(16, 8192, 3, 0.f).find(" 3 key splits, 384 CTAs") != std::string::npos);
+  // The split counts depend on the SM count; these hold on the H100 / H200's 132.
+  if (prop.multiProcessorCount != 132) {
+    MESSAGE("device of " << prop.multiProcessorCount << " SMs: the split counts are not checked");
+    return;
+  }
+  // 128 units fill 0.97 of the 132 one-CTA slots unsplit (no combine); the
+  // mixed-length rule (paged: per-sequence key counts) needs half a wave
+  // more than 128 units to split for four waves.
+  CHECK(b16.find(" 1 key splits, 128 CTAs on 132 SMs") != std::string::npos);
+  CHECK(dense.find(" 1 key splits, 128 CTAs on 132 SMs") != std::string::npos);
+  // 8 units: the most splits that keep one wave, 16.
   const std::string b1 = plan_of(1, 131072, 0, 0.f);
   INFO(b1);
-  CHECK(b1.find("plan: decode tile NarrowPaged: 16 rows x 32 keys, 3 stages, 4 CTAs per SM") != std::string::npos);
-  if (prop.multiProcessorCount == 132) CHECK(b1.find(" 66 key splits, 528 CTAs on 132 SMs") != std::string::npos);
-  // One or three splits of 128 units fill neither: the larger key tile.
-  const std::string one = plan_of(16, 8192, 1, 0.f);
-  INFO(one);
-  CHECK(one.find("plan: decode tile NarrowPaged: 16 rows x 32 keys, 3 stages, 4 CTAs per SM") != std::string::npos);
-  CHECK(plan_of(16, 8192, 3, 0.f).find("plan: decode tile NarrowPaged: ") != std::string::npos);
-  // The softcap kernel has the one paged tile.
-  CHECK(plan_of(16, 8192, 0, 30.f).find("plan: decode tile NarrowPaged: ") != std::string::npos);
+  CHECK(b1.find(" 16 key splits, 128 CTAs on 132 SMs") != std::string::npos);
+  CHECK(plan_of(1, 131072, 0, 0.f, false).find(" 16 key splits, 128 CTAs on 132 SMs") != std::string::npos);
 }

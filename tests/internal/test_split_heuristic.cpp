@@ -114,4 +114,20 @@ TEST_CASE("choose_splits: per-sequence key counts from half a wave unsplit") {
   CHECK(choose_splits(128, 7, 512, kSms, 0, shape(true, true)) == 7);
 }
 
+TEST_CASE("choose_splits: a tile of one CTA per SM (cuda_sm80_tc's key-warp decode tile)") {
+  // B=1 Nk=131072 (8 units, 1024 key tiles of 128): the most splits that
+  // keep one wave, 16 (128 of 132 SMs), paged or not.
+  CHECK(choose_splits(8, 1, 1024, kSms, 0, shape(true, false)) == 16);
+  CHECK(choose_splits(8, 1, 1024, kSms, 0, shape(true, true)) == 16);
+  // B=16 Nk=8192 (128 units: one CTA per SM at most) runs unsplit, paged
+  // (per-sequence key counts) or not: no combine.
+  CHECK(choose_splits(128, 1, 64, kSms, 0, shape(true, false)) == 1);
+  CHECK(choose_splits(128, 1, 64, kSms, 0, shape(true, true)) == 1);
+  // The mixed B=64 batch (512 units, 32 key tiles): 3.9 waves unsplit, four
+  // or more with 2 splits.
+  const int s = choose_splits(512, 1, 32, kSms, 0, shape(true, true));
+  CHECK(s == 2);
+  CHECK(static_cast<double>(512 * s) / kSms >= 4.0);
+}
+
 #endif  // FMHA_WITH_CUDA

@@ -36,6 +36,13 @@ constexpr double kUnevenMinWaves = 4.0;
 // contiguous at 4 splits, 0.834 at 8; docs/performance.md, "Paged decode
 // with more tiles in flight"). B=16 paged (128 units) stays below it.
 constexpr double kUnevenMinFill = 0.5;
+// ... and of more CTAs than SMs: a grid of at most one CTA per SM (cuda_sm80_tc's
+// one-CTA key-warp decode tile: B=16 GQA 32/8, 128 units on 132 SMs) runs
+// every CTA at once; splitting it buys balance only when the lengths differ,
+// and costs the split combine when they do not (4-5 us of a 125 us B=16
+// call on the H200, docs/performance.md, "Where a decode call's time goes";
+// the contiguous key-warp tile ran it unsplit in 122.2 us against 129.2 at
+// 4 splits of the one-warp tile).
 
 }  // namespace
 
@@ -69,7 +76,7 @@ int choose_splits(int64_t blocks, int slots_per_sm, int64_t key_tiles, int num_s
       if (eff[s] >= kSplitSlack * best) return static_cast<int>(s);
     return 0;
   };
-  if (shape.uneven_keys && static_cast<double>(blocks) >= kUnevenMinFill * slots) {
+  if (shape.uneven_keys && static_cast<double>(blocks) >= kUnevenMinFill * slots && blocks > num_sms) {
     int64_t lo = 1;
     while (lo <= cap && waves(lo) < kUnevenMinWaves) ++lo;
     if (const int s = fewest_near_best(lo)) return s;

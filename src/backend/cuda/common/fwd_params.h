@@ -236,14 +236,15 @@ FwdGrid fwd_grid(const Problem& p, int64_t pack, int64_t block_m);
 // - uneven_keys: the sequences' key counts are per sequence and unknown to
 //   the host (seqused_k, ragged or paged K/V), so CTAs of one split count
 //   differ in length and whole waves mean little; a grid of at least half a
-//   wave unsplit (kUnevenMinFill) is split into at least kUnevenMinWaves waves (the
+//   wave unsplit (kUnevenMinFill) and of more CTAs than SMs is split into at least kUnevenMinWaves waves (the
 //   fewest splits whose wave efficiency is close to the best of those), so
 //   short CTAs fill in behind long ones. Smaller grids, or grids that
 //   cannot reach that many waves, take the rules above.
 // - max_splits: the cap in place of kMaxFwdSplits (requested and automatic
 //   counts alike; at most kCombineMaxSplits): a decode tile of many small
 //   CTAs per SM needs more splits of a few units to fill its slots
-//   (cuda_sm80_tc's NarrowPagedMany: 924 slots on the H200, 8 units).
+//   (cuda_sm80_tc's one-warp 16-key paged tile of 7 CTAs per SM: 924
+//   slots on the H200, 8 units).
 struct SplitShape {
   bool stream_bound = false;
   bool uneven_keys = false;

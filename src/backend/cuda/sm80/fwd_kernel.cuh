@@ -126,32 +126,37 @@ struct BlockWork : WorkTile {
 
 // ---------------------------------------------------------------------------
 // TileLoader: kRows x kHeadDim elements of a [seq][D] operand (row stride
-// `stride` elements, head_dim stride 1) into a swizzled shared tile. Thread
-// t copies chunk t % kChunks of rows t / kChunks + pass * kRowsPerPass (when
-// whole rows fit a pass), so a warp reads whole row segments (coalesced;
-// 16-byte copies need the registry row's 16-byte alignment). Rows at or past
-// `n` are zero-filled: K tails give score 0 (then masked), V tails give 0
-// contributions instead of garbage times a zero probability.
+// `stride` elements, head_dim stride 1) into a swizzled shared tile, copied
+// by kCopiers threads (the CTA; or one 16-bit key warp copying its own
+// share of a key tile, Cfg::kOwnKeys: then kRows is that share, `tid` the
+// lane and the tile's address and row0 those of the share). Thread t copies
+// chunk t % kChunks of rows t / kChunks + pass * kRowsPerPass (when whole
+// rows fit a pass), so a warp reads whole row segments (coalesced; 16-byte
+// copies need the registry row's 16-byte alignment). Rows at or past `n`
+// are zero-filled: K tails give score 0 (then masked), V tails give 0
+// contributions instead of garbage times a zero probability. A share starts
+// at a multiple of 8 rows, so its swizzle is the tile's.
 // ---------------------------------------------------------------------------
-template <class T, class Cfg, int kRows>
+template <class T, class Cfg, int kRows, int kCopiers = Cfg::kThreads>
 struct TileLoader {
   static constexpr int kChunks = Cfg::kHeadDim / 8;  // 16-byte chunks per row
   static constexpr int kTotal = kRows * kChunks;
-  static constexpr int kPasses = (kTotal + Cfg::kThreads - 1) / Cfg::kThreads;
+  static constexpr int kPasses = (kTotal + kCopiers - 1) / kCopiers;
   // Row-stepped paths: a pass covers whole rows, so a thread keeps its chunk
   // and steps its row by kRowsPerPass; when that is a multiple of 8 the
   // swizzle phase is the same in every pass too. Otherwise (D = 96) the
   // generic walk divides the linear chunk index.
-  static constexpr bool kRowStepped = Cfg::kThreads % kChunks == 0 && kTotal % Cfg::kThreads == 0;
-  static constexpr int kRowsPerPass = Cfg::kThreads / kChunks;
+  static constexpr bool kRowStepped = kCopiers % kChunks == 0 && kTotal % kCopiers == 0;
+  static constexpr int kRowsPerPass = kCopiers / kChunks;
   static constexpr bool kRowAligned = kRowStepped && kRowsPerPass % 8 == 0;
+  static_assert(kRows % 8 == 0, "a tile or share is whole 8-row swizzle groups");
 
   // The (row, chunk) of the thread's copy in pass `pass` (generic path).
   __device__ static bool at(int tid, int pass, int* r, int* c) {
-    const int idx = tid + pass * Cfg::kThreads;
+    const int idx = tid + pass * kCopiers;
     *r = idx / kChunks;
     *c = idx % kChunks;
-    return kTotal % Cfg::kThreads == 0 || idx < kTotal;
+    return kTotal % kCopiers == 0 || idx < kTotal;
   }
 
   __device__ static void load(uint32_t smem_tile, const T* base, int64_t stride, int row0, int n,
@@ -256,7 +261,8 @@ struct TileLoader {
   }
 
   // Block-table staging (the 16-bit paged kernels): the table entries of
-  // rows [row0, min(row0 + kRows, n)) of sequence b, entry div(row0) first,
+  // rows [row0, min(row0 + kRows, n)) of sequence b (a tile, or a key warp's
+  // share of one, fetched by its kCopiers), entry div(row0) first,
   // copied with 4-byte cp.async into kRows int32 slots of shared memory at
   // `ent` (at most one page per row: page_size 1). Issued kStages - 1
   // tiles ahead of the tile's own K/V, in the group of a K tile that lands
@@ -271,12 +277,13 @@ struct TileLoader {
     const uint32_t first = p.page_div.div(static_cast<uint32_t>(row0));
     const int count = static_cast<int>(p.page_div.div(static_cast<uint32_t>(min(row0 + kRows, n) - 1)) - first) + 1;
     const int32_t* src = p.layout.block_table + b * p.layout.block_table_stride + first;
-    for (int i = tid; i < count; i += Cfg::kThreads) cp_async_4(ent + 4 * i, src + i);
+    for (int i = tid; i < count; i += kCopiers) cp_async_4(ent + 4 * i, src + i);
   }
 
-  // K and V rows [row0, row0 + kRows) of a paged pair (the one-warp decode
-  // tiles): K's copies, then between() (the caller's commit, so K and V
-  // stay groups of their own), then V's. Each run's block-table lookup
+  // K and V rows [row0, row0 + kRows) of a paged pair (the decode tiles of
+  // one row warp; with own keys a key warp's share of the tile): K's
+  // copies, then between() (the caller's commit, so K and V stay groups of
+  // their own), then V's. Each run's block-table lookup
   // (k_offset: an entry read from shared memory, a division, a clamp and
   // two 64-bit products) is made once for both when K and V have the same
   // page strides (`shared`), not once each: at one warp per scheduler its
@@ -519,11 +526,10 @@ struct NonFiniteV {
     return ((pair & kExp) == kExp ? 0x0000ffffu : 0u) | ((pair & (kExp << 16)) == (kExp << 16) ? 0xffff0000u : 0u);
   }
   // Whether any element of this thread's copied chunks of a tile (the walk
-  // of TileLoader<T, Cfg, kRows>::at) is NaN or inf; its copies must have
-  // landed (cp.async.wait_group).
-  template <class Cfg, int kRows>
+  // of Loader::at, a TileLoader; tile and tid as given to its copies) is NaN
+  // or inf; its copies must have landed (cp.async.wait_group).
+  template <class Cfg, class Loader>
   __device__ static bool in_own_chunks(const unsigned char* tile, int tid) {
-    using Loader = TileLoader<T, Cfg, kRows>;
     uint32_t bad = 0;
 #pragma unroll
     for (int pass = 0; pass < Loader::kPasses; ++pass) {
@@ -1213,7 +1219,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   constexpr bool kAllOps = kOps == ScoreOps::kAll;
   static_assert(!(kFp8Kv && kAllOps), "the FP8 K/V kernels run no bias or ALiBi");
   static_assert(!(kAllOps && Cfg::kKeyWarps > 1), "the staged bias is per row warp, whole key tiles");
-  static_assert(kFp8Kv || !Cfg::kOwnKeys, "16-bit key warps share each tile's copies and barriers");
   constexpr int kS = Cfg::kStages;
   static_assert(kS == 2 || !kAllOps, "the staged bias's wait_group counts below assume two stages");
   using KvT = std::conditional_t<kFp8Kv, uint8_t, T>;  // K/V elements in global memory
@@ -1238,8 +1243,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
-  // Its group of rows, and (FP8 tiles with key warps, Cfg::kKeyWarps > 1)
-  // its share of each key tile: keys [key0, key0 + kKeysPerWarp).
+  // Its group of rows, and (tiles with key warps, Cfg::kKeyWarps > 1) its
+  // share of each key tile: keys [key0, key0 + kKeysPerWarp).
   const int row_warp = Cfg::kKeyWarps > 1 ? warp % Cfg::kWarps : warp;
   const int key_warp = Cfg::kKeyWarps > 1 ? warp / Cfg::kWarps : 0;
   const int key0 = key_warp * Cfg::kKeysPerWarp;
@@ -1275,21 +1280,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   const uint32_t sQ = smem_u32(smem);
   const uint32_t sK = sQ + Cfg::kSmemQ;                     // + stage * kSmemKV
   const uint32_t sV = sK + Cfg::kStages * Cfg::kSmemKV;     // + stage * kSmemKV
+  // With key warps (Cfg::kKeyWarps > 1, Cfg::kOwnKeys) each key warp
+  // copies, checks and reads only its own keys of every tile, rows [key0,
+  // key0 + kKeysPerWarp) of the stage, so it waits for its own copies
+  // (cp.async.wait_group and __syncwarp), not the CTA's: the key warps
+  // stream their shares independently, share the Q tile (read-only in the
+  // key loop, published once by a CTA barrier before it) and meet again in
+  // merge_key_warps. Otherwise the CTA copies each tile. A 16-bit paged key
+  // warp also stages its own share's block-table entries (fetch_entries
+  // over its rows, into its part of the tile's entry slot).
+  constexpr bool kOwnKeys = Cfg::kOwnKeys;
+  static_assert(!kOwnKeys || Cfg::kWarps == 1, "own keys: one row group, a key warp per share");
   using QLoader = TileLoader<T, Cfg, Cfg::kBlockM>;
-  using KVLoader = TileLoader<T, Cfg, Cfg::kBlockN>;
+  using KVLoader = TileLoader<T, Cfg, kOwnKeys ? Cfg::kKeysPerWarp : Cfg::kBlockN, kOwnKeys ? 32 : Cfg::kThreads>;
   // kFp8Kv: after the Q tile, the raw FP8 stages of K, then those of V
-  // (byte offsets in smem, + stage * kSmemRaw each). With key warps
-  // (Cfg::kKeyWarps > 1, Cfg::kOwnKeys) each key warp copies, checks and reads
-  // only its own keys of every tile, rows [key0, key0 + kKeysPerWarp) of
-  // the stage, so it waits for its own copies (cp.async.wait_group and
-  // __syncwarp), not the CTA's: the key warps stream their shares
-  // independently, share the Q tile (read-only in the key loop) and meet
-  // again in merge_key_warps. Otherwise the CTA copies each tile.
-  constexpr bool kOwnKeys = kFp8Kv && Cfg::kOwnKeys;
+  // (byte offsets in smem, + stage * kSmemRaw each).
   using Fp8Tile = Fp8KvTile<Cfg, kOwnKeys ? Cfg::kKeysPerWarp : Cfg::kBlockN, kOwnKeys ? 32 : Cfg::kThreads>;
   const int copier = kOwnKeys ? lane : tid;  // this thread's index among a tile's copiers
   const int copy0 = kOwnKeys ? key0 : 0;     // the first key of the tile they copy
   const uint32_t copy_off = static_cast<uint32_t>(copy0 * Cfg::kHeadDim);  // its byte offset in a raw stage
+  // A 16-bit key warp's share of a K or V stage starts key0 rows in (the
+  // swizzle repeats every 8 rows, so the lane addresses only shift); its
+  // copies (own keys) start copy0 rows in.
+  [[maybe_unused]] const uint32_t key_off = static_cast<uint32_t>(key0 * Cfg::kPitch * 2);
+  [[maybe_unused]] const uint32_t kv_copy_off = static_cast<uint32_t>(copy0 * Cfg::kPitch * 2);
   constexpr int kRawStages = Fp8StagesOf<Cfg, kFp8Kv>::value;
   constexpr uint32_t kRawBytes = Fp8StagesOf<Cfg, kFp8Kv>::bytes;
   constexpr uint32_t rawK = Cfg::kSmemQ;
@@ -1315,18 +1329,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // t + 2S - 2 are fetched, in K[t + S - 1]'s group: K[t + S - 1] has
   // landed when tile t + S - 1 issues t + 2S - 2. The slot they take is
   // tile t's, read S - 1 tiles ago. Key j of tile n0's rows is entry
-  // div(j), slot div(j) - div(n0).
+  // div(j), slot div(j) - div(n0). Own keys: each key warp fetches and
+  // reads the entries of its share, from kKeysPerWarp ints in (at most
+  // one page per row), key j entry div(j) - div(n0 + copy0) there.
   constexpr uint32_t kEnt = Cfg::kSmemBytes;  // byte offset in smem
   constexpr int kEntSlots = Cfg::kPagedEntrySlots;
-  static_assert(kFp8Kv || (Cfg::kSmemBytes + kEntSlots * KVLoader::kEntryBytes == Cfg::kSmemPagedBytes &&
-                            kEntSlots == 2 * kS - 2),
-                "the launch gives the paged kernels room for 2S - 2 entry slots");
-  auto ent_slot = [&](int n0) {
-    return kEnt + static_cast<uint32_t>((n0 / Cfg::kBlockN - w.t_begin) % kEntSlots) * KVLoader::kEntryBytes;
+  static_assert(kFp8Kv || kEntSlots == 2 * kS - 2, "2S - 2 entry slots: the pipeline below");
+  constexpr uint32_t kEntSlotBytes = Cfg::kBlockN * 4;
+  static_assert(kFp8Kv || Cfg::kSmemBytes + kEntSlots * kEntSlotBytes == Cfg::kSmemPagedBytes,
+                "the launch gives the paged kernels room for 2S - 2 entry slots of a key tile");
+  auto ent_slot = [&](int n0) {  // the copier's part of tile n0's entry slot
+    return kEnt + static_cast<uint32_t>((n0 / Cfg::kBlockN - w.t_begin) % kEntSlots) * kEntSlotBytes + copy0 * 4;
   };
   auto staged_row = [&](int n0, int64_t stride0, int64_t stride2) {
     const int* ent = reinterpret_cast<const int*>(smem + ent_slot(n0));
-    const uint32_t first = p.page_div.div(static_cast<uint32_t>(n0));
+    const uint32_t first = p.page_div.div(static_cast<uint32_t>(n0 + copy0));
     return [=, &p](int j) {
       const uint32_t e = p.page_div.div(static_cast<uint32_t>(j));
       const PageSlot ps = page_slot_of(p.layout, j, e, ent[e - first]);
@@ -1343,10 +1360,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       else
         Fp8Tile::load(sQ + dst + copy_off, k, p.k_stride[2], n0 + copy0, w.len_k(p), copier);
     } else if constexpr (kPaged) {
-      KVLoader::load_paged(dst, k, p.k_stride[2], staged_row(n0, p.k_stride[0], p.k_stride[2]), run, n0,
-                           w.len_k(p), tid);
+      KVLoader::load_paged(dst + kv_copy_off, k, p.k_stride[2], staged_row(n0, p.k_stride[0], p.k_stride[2]), run,
+                           n0 + copy0, w.len_k(p), copier);
     } else {
-      KVLoader::load(dst, k, p.k_stride[2], n0, w.len_k(p), tid);
+      KVLoader::load(dst + kv_copy_off, k, p.k_stride[2], n0 + copy0, w.len_k(p), copier);
     }
   };
   auto load_v = [&](uint32_t dst, int n0) {
@@ -1358,17 +1375,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       else
         Fp8Tile::load(sQ + dst + copy_off, v, p.v_stride[2], n0 + copy0, w.len_k(p), copier);
     } else if constexpr (kPaged) {
-      KVLoader::load_paged(dst, v, p.v_stride[2], staged_row(n0, p.v_stride[0], p.v_stride[2]), run, n0,
-                           w.len_k(p), tid);
+      KVLoader::load_paged(dst + kv_copy_off, v, p.v_stride[2], staged_row(n0, p.v_stride[0], p.v_stride[2]), run,
+                           n0 + copy0, w.len_k(p), copier);
     } else {
-      KVLoader::load(dst, v, p.v_stride[2], n0, w.len_k(p), tid);
+      KVLoader::load(dst + kv_copy_off, v, p.v_stride[2], n0 + copy0, w.len_k(p), copier);
     }
   };
 
-  // The one-warp 16-bit paged tiles issue a tile's K and V together
-  // (TileLoader::load_paged_kv): one block-table lookup per run for both
-  // when their page strides agree. stage: the byte offset of the stage in
-  // sK and sV; between: K's group's end (its commit).
+  // The 16-bit paged decode tiles (one row warp: the one-warp tiles, and
+  // the key-warp tiles, each key warp over its share) issue a tile's K and
+  // V together (TileLoader::load_paged_kv): one block-table lookup per run
+  // for both when their page strides agree. stage: the byte offset of the
+  // stage in sK and sV; between: K's group's end (its commit).
   // (Not the score-ops kernels: ptxas, sm_90, bf16 D=128: paired, the
   // plain and softcap paged decode kernels spill 60-64 bytes instead of 84,
   // the score-ops one 120 instead of 56.)
@@ -1376,10 +1394,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   [[maybe_unused]] const bool same_kv_rows = p.k_stride[0] == p.v_stride[0] && p.k_stride[2] == p.v_stride[2];
   [[maybe_unused]] auto load_kv = [&](uint32_t stage, int n0, auto&& between) {
     // (KvT is T in these kernels; the cast only lets the FP8 ones compile the unused lambda.)
-    KVLoader::load_paged_kv(sK + stage, sV + stage, reinterpret_cast<const T*>(k), reinterpret_cast<const T*>(v),
-                            p.k_stride[2], p.v_stride[2], staged_row(n0, p.k_stride[0], p.k_stride[2]),
-                            staged_row(n0, p.v_stride[0], p.v_stride[2]), same_kv_rows, run, n0, w.len_k(p), tid,
-                            between);
+    KVLoader::load_paged_kv(sK + stage + kv_copy_off, sV + stage + kv_copy_off, reinterpret_cast<const T*>(k),
+                            reinterpret_cast<const T*>(v), p.k_stride[2], p.v_stride[2],
+                            staged_row(n0, p.k_stride[0], p.k_stride[2]), staged_row(n0, p.v_stride[0], p.v_stride[2]),
+                            same_kv_rows, run, n0 + copy0, w.len_k(p), copier, between);
   };
 
   // The bias staged per warp (bias_tile.cuh; kAll kernels, a bias the
@@ -1413,7 +1431,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
 #pragma unroll 1
     for (int i = 0; i < kEntSlots; ++i) {
       const int n0 = (w.t_begin + i) * Cfg::kBlockN;
-      if (w.t_begin + i < w.t_end) KVLoader::fetch_entries(sQ + ent_slot(n0), p, w.b, n0, w.len_k(p), tid);
+      if (w.t_begin + i < w.t_end)
+        KVLoader::fetch_entries(sQ + ent_slot(n0), p, w.b, n0 + copy0, w.len_k(p), copier);
     }
     cp_async_commit();
   }
@@ -1460,9 +1479,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   }
 
   const LaneAddr<Cfg> addr(row_warp, lane);
-  // A 16-bit key warp's share of a K or V stage starts key0 rows in (the
-  // swizzle repeats every 8 rows, so the lane addresses only shift).
-  [[maybe_unused]] const uint32_t key_off = static_cast<uint32_t>(key0 * Cfg::kPitch * 2);
   float o[Cfg::kMSlices][Cfg::kDTiles][4];
 #pragma unroll
   for (int ms = 0; ms < Cfg::kMSlices; ++ms)
@@ -1500,6 +1516,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   if constexpr (kFp8Kv && !kQkRowScaled) {
     cp_async_wait<2 * kRawStages - 3>();
     __syncthreads();  // every thread's Q chunks (the copies spread rows over warps)
+  }
+  if constexpr (!kFp8Kv && kOwnKeys) {  // 16-bit key warps whose key loop has warp barriers only
+    cp_async_wait<2 * kS - 3>();
+    __syncthreads();  // every thread's Q chunks (the CTA copied Q), before any warp reads them
   }
   if constexpr (kQkRowScaled) {
     cp_async_wait<2 * kRawStages - 3>();
@@ -1554,7 +1574,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
                                                             p.scale, row0, t * Cfg::kBlockN, lane);
         cp_async_wait<2 * kS - 3>();  // K[t] landed (this thread's part) ...
       }
-      __syncthreads();     // ... everyone's; and every warp is done with tile t-1's stage
+      // ... every copier's (own keys: the warp's, the only ones it reads); and
+      // they are all done with tile t-1's stage
+      if constexpr (kOwnKeys) __syncwarp();
+      else __syncthreads();
       const int ahead = t + kS - 1;
       const int n_ahead = ahead * Cfg::kBlockN;
       // Paged: the entries of t + 2S - 2 into the slot of t (read when
@@ -1563,7 +1586,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       auto k_group_end = [&] {
         if (kPaged && ahead + kS - 1 < w.t_end)
           KVLoader::fetch_entries(sQ + ent_slot(n_ahead + (kS - 1) * Cfg::kBlockN), p, w.b,
-                                  n_ahead + (kS - 1) * Cfg::kBlockN, w.len_k(p), tid);
+                                  n_ahead + (kS - 1) * Cfg::kBlockN + copy0, w.len_k(p), copier);
         cp_async_commit();
       };
       if constexpr (kPairedGather) {
@@ -1646,10 +1669,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
         cp_async_wait<2 * kS - 2>();  // V[t] landed (this thread's part)
       // The barrier doubles as the vote of NonFiniteV: only edge tiles look,
       // and every tile under a bias tensor (its -inf entries hide keys from
-      // some rows only).
-      guard = __syncthreads_or(kGuardNonFiniteV && (edge || (kAllOps && p.bias != nullptr)) &&
-                               NonFiniteV<T>::template in_own_chunks<Cfg, Cfg::kBlockN>(
-                                   smem + (sV + stage - sQ), tid)) != 0;
+      // some rows only). Own keys: the warp's vote over its own share, the
+      // only V rows it multiplies.
+      const bool bad = kGuardNonFiniteV && (edge || (kAllOps && p.bias != nullptr)) &&
+                       NonFiniteV<T>::template in_own_chunks<Cfg, KVLoader>(smem + (sV + stage + kv_copy_off - sQ),
+                                                                            copier);
+      if constexpr (kOwnKeys) {
+        __syncwarp();  // the warp's copies of V[t], to every lane
+        guard = __any_sync(0xffffffffu, bad);
+      } else {
+        guard = __syncthreads_or(bad) != 0;
+      }
     }
     if (computes) {
       if constexpr (kFp8Kv) {

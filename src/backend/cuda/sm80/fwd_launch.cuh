@@ -45,7 +45,7 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
     return launch_fwd_tile<T, kFp8Kv, Decode16Tile<kD, kPaged, true>, kOps, kMode>(p, a);
   } else {
     return with_decode16_tile<kD, kPaged, kOps == ScoreOps::kNone>(
-        a.paged_tile, [&](auto tile) { return launch_fwd_tile<T, kFp8Kv, decltype(tile), kOps, kMode>(p, a); });
+        a.decode16, [&](auto tile) { return launch_fwd_tile<T, kFp8Kv, decltype(tile), kOps, kMode>(p, a); });
   }
 }
 

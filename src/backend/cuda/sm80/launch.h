@@ -20,7 +20,7 @@ namespace fmha::cuda::sm80 {
 struct LaunchArgs {
   int64_t blocks;        // num_m_tiles * units * num_splits (< 2^31)
   bool narrow;           // Sm80Tuning<D>::Narrow instead of ::Wide
-  PagedTile paged_tile;  // narrow, plain, paged: NarrowPaged or NarrowPagedMany
+  Decode16Choice decode16;  // narrow, plain or softcap: Decode16Tile or NarrowCompact
   ScoreOps ops;          // the score transforms' instantiation (common/fwd_params.h)
   SeqMode mode;          // the operand layout (seq_mode of FwdParams::layout)
   int device;            // the current device ordinal

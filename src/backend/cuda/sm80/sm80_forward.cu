@@ -30,37 +30,40 @@ constexpr int64_t kMaxPackedRows = 128;
 constexpr int64_t kMaxNarrowRows = 32;
 
 // The shape facts of one instantiation, and the tuning entry it is
-// (explain names it).
+// (explain names it). key_warps: warps splitting each key tile (1: none).
 struct Shape {
-  int block_m = 0, block_n = 0, smem = 0, blocks_per_sm = 0, stages = 0;
+  int block_m = 0, block_n = 0, smem = 0, blocks_per_sm = 0, stages = 0, key_warps = 1;
   const char* name = "";
 };
 
 // score_ops: the kAll kernels take the bias buffers too (tile_config.h).
 template <class Cfg>
 constexpr Shape shape_of(bool score_ops, const char* name) {  // the most any layout takes
-  return {Cfg::kBlockM, Cfg::kBlockN, Cfg::smem_bytes(true, score_ops), Cfg::kMinBlocksPerSm, Cfg::kStages, name};
+  return {Cfg::kBlockM,       Cfg::kBlockN, Cfg::smem_bytes(true, score_ops), Cfg::kMinBlocksPerSm,
+          Cfg::kStages,       Cfg::kKeyWarps, name};
 }
 
-// The tuning entry's name of a 16-bit decode tile (an experiments build's
-// candidates have none).
+// The name of a 16-bit decode tile: its tuning entry, or an experiments
+// build's candidate's name (tile_config.h: kDecodeTileNames).
 template <int kHeadDim, class Tile>
 const char* decode16_name(bool paged) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
-  if (paged && std::is_same<Tile, typename Tuning::NarrowPagedMany>::value &&
-      !std::is_same<Tile, typename Tuning::NarrowPaged>::value)
-    return "NarrowPagedMany";
   if (paged && std::is_same<Tile, typename Tuning::NarrowPaged>::value) return "NarrowPaged";
   if (!paged && std::is_same<Tile, typename Tuning::NarrowStream>::value) return "NarrowStream";
-  return "an experiment's decode tile (FMHA_SM80_PAGED_TILE / FMHA_SM80_STREAM_TILE)";
+  if (std::is_same<Tile, typename Tuning::NarrowCompact>::value) return "NarrowCompact";
+#if FMHA_SM80_DECODE_EXPERIMENTS
+  if (const int c = sm80::sm80_decode_tile_choice(paged); c > 0)
+    return sm80::kDecodeTileNames[c - 1];
+#endif
+  return "Narrow";
 }
 
 // The tile a problem runs (the launch's choice, fwd_launch.cuh: the 16-bit
-// decode tile by layout, score ops and the plan's paged tile,
+// decode tile by layout, score ops and the plan's decode choice,
 // sm80::with_decode16_tile; the FP8 K/V decode tile,
 // sm80::with_fp8kv_decode_tile). ops: the launch's (launch_ops).
 template <int kHeadDim>
-Shape shape_for(bool narrow, bool fp8_kv, ScoreOps ops, bool paged, sm80::PagedTile paged_tile) {
+Shape shape_for(bool narrow, bool fp8_kv, ScoreOps ops, bool paged, sm80::Decode16Choice choice) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
   const bool score_ops = ops == ScoreOps::kAll && !fp8_kv;  // the FP8 K/V kernels stage no bias
   if (fp8_kv && !narrow) return shape_of<typename Tuning::WideFp8Kv>(score_ops, "WideFp8Kv");
@@ -79,10 +82,10 @@ Shape shape_for(bool narrow, bool fp8_kv, ScoreOps ops, bool paged, sm80::PagedT
     return shape_of<decltype(tile)>(false, decode16_name<kHeadDim, decltype(tile)>(paged));
   };
   if (ops == ScoreOps::kNone)
-    return paged ? sm80::with_decode16_tile<kHeadDim, true, true>(paged_tile, shape)
-                 : sm80::with_decode16_tile<kHeadDim, false, true>(paged_tile, shape);
-  return paged ? sm80::with_decode16_tile<kHeadDim, true, false>(paged_tile, shape)
-               : sm80::with_decode16_tile<kHeadDim, false, false>(paged_tile, shape);
+    return paged ? sm80::with_decode16_tile<kHeadDim, true, true>(choice, shape)
+                 : sm80::with_decode16_tile<kHeadDim, false, true>(choice, shape);
+  return paged ? sm80::with_decode16_tile<kHeadDim, true, false>(choice, shape)
+               : sm80::with_decode16_tile<kHeadDim, false, false>(choice, shape);
 }
 
 // The one place a run-time head dim becomes a template argument: calls
@@ -167,7 +170,7 @@ struct Plan {
   bool ok = false;
   Shape shape;
   bool narrow = false;
-  sm80::PagedTile paged_tile = sm80::PagedTile::kDefault;
+  sm80::Decode16Choice decode16 = sm80::Decode16Choice::kDefault;
   FwdGrid grid;
 };
 
@@ -175,11 +178,14 @@ struct Plan {
 FwdGrid grid_for(const Problem& p, const DeviceInfo& dev, int64_t pack, bool narrow, const Shape& shape) {
   FwdGrid g = fwd_grid(p, pack, shape.block_m);
   // The decode tile streams K/V; with per-sequence key counts its CTAs
-  // differ in length (choose_splits' SplitShape). The 16-bit decode tiles
-  // split up to what the combine merges (kCombineMaxSplits), so that a few
-  // units fill the slots (B=1 GQA 32/8 on the 4-CTA tiles: 8 units x 66 =
-  // 528 of 528 on the H200, where kMaxFwdSplits = 64 left 512; one unit,
-  // MQA: 128 CTAs instead of 64).
+  // differ in length (choose_splits' SplitShape). Its slots are its CTAs
+  // per SM (the D=128 key-warp tile: one, so B=1 GQA 32/8 takes the one
+  // wave of 8 units x 16 splits = 128 CTAs on the H200's 132 SMs, and B=16
+  // Nk=8192, 128 units, runs unsplit). The 16-bit decode tiles split up to
+  // what the combine merges (kCombineMaxSplits), so that a few units fill
+  // the slots of a many-CTA tile (B=1 on the one-warp 4-CTA tile: 8 units
+  // x 66 = 528 of 528, where kMaxFwdSplits = 64 left 512; one unit, MQA:
+  // 128 CTAs instead of 64).
   SplitShape split_shape;
   split_shape.stream_bound = narrow;
   split_shape.uneven_keys = narrow && (p.layout.seqused_k != nullptr || p.layout.ragged_k() || p.layout.paged());
@@ -189,51 +195,18 @@ FwdGrid grid_for(const Problem& p, const DeviceInfo& dev, int64_t pack, bool nar
   return g;
 }
 
-// The plain paged kernel's decode tile: NarrowPagedMany when its grid keeps
-// at least kManyTileGain times the CTAs per SM resident that NarrowPaged's
-// does (each CTA is one warp: what hid the paged gather's per-tile work in
-// the H200 sweeps was warps per SM; tile_config.h) within kMaxFwdSplits
-// splits, else NarrowPaged, whose larger key tiles carry less fixed work
-// per byte. BF16 GQA 32/8 D=128 decode on the H200 (132 SMs; docs/
-// performance.md, "Paged decode, a tile per shape"), paged / contiguous at
-// page_size 16 / 64: B=16 Nk=8192 (128 units) runs 7 splits x 128 = 896
-// CTAs on the 7-CTA tile against 4 x 128 = 512 on the 4-CTA one: 0.963-
-// 0.965 / 0.971-0.972 against 0.932 / 0.953, NarrowPagedMany; the mixed
-// B=64 batch (8 splits against 5): 0.968 / 0.968 against 0.834 / 0.905,
-// NarrowPagedMany; B=1 Nk=131072 (8 units) needs 115 splits to fill the
-// 7-CTA tile: 0.920-0.926 / 0.926-0.933 there against 0.927 / 0.951 on
-// 66 x 8 = 528 CTAs of the 4-CTA tile (0.917 / 0.916 at 64 splits): the
-// extra splits bought nothing, NarrowPaged. A requested split count counts
-// as it is: one split of 128 units fills neither (NarrowPaged).
-constexpr double kManyTileGain = 1.25;
-
-// The choice, and the grid of the chosen tile's shape (the plan keeps it
-// rather than computing it again: every forward plans up to three times).
-struct PagedChoice {
-  sm80::PagedTile tile = sm80::PagedTile::kDefault;
-  Shape shape;  // block_m 0: no grid computed
-  FwdGrid grid;
-};
-
+// The 16-bit decode tile of the plain and softcap kernels: NarrowStream /
+// NarrowPaged, unless the device allows a block less shared memory than
+// that tile needs (the D=128 key-warp tile's 198 KB: A100 163 KB, sm_86 /
+// sm_89 / sm_120 99 KB), then NarrowCompact (tile_config.h).
 template <int kHeadDim>
-PagedChoice paged_tile_choice(const Problem& p, const DeviceInfo& dev, int64_t pack) {
+sm80::Decode16Choice decode16_choice(const Problem& p, const DeviceInfo& dev) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
-  PagedChoice c;
-  if constexpr (!std::is_same<typename Tuning::NarrowPagedMany, typename Tuning::NarrowPaged>::value) {
-    const Shape one = shape_of<typename Tuning::NarrowPaged>(false, "NarrowPaged");
-    const Shape many = shape_of<typename Tuning::NarrowPagedMany>(false, "NarrowPagedMany");
-    const FwdGrid g_one = grid_for(p, dev, pack, true, one), g_many = grid_for(p, dev, pack, true, many);
-    auto resident = [&](const Shape& s, const FwdGrid& g) {  // CTAs per SM the grid keeps busy, at most the tile's
-      const double per_sm = static_cast<double>(g.blocks()) / std::max(dev.num_sms, 1);
-      return std::min(per_sm, static_cast<double>(s.blocks_per_sm));
-    };
-    const bool take_many =
-        g_many.splits <= kMaxFwdSplits && resident(many, g_many) >= kManyTileGain * resident(one, g_one);
-    c.tile = take_many ? sm80::PagedTile::kMany : sm80::PagedTile::kDefault;
-    c.shape = take_many ? many : one;
-    c.grid = take_many ? g_many : g_one;
-  }
-  return c;
+  // What sm80_supports checks: the tile's shape (shape_of: the most any layout takes).
+  const int need = p.layout.paged() ? Tuning::NarrowPaged::smem_bytes(true, false)
+                                    : Tuning::NarrowStream::smem_bytes(true, false);
+  return dev.smem_per_block_optin < static_cast<size_t>(need) ? sm80::Decode16Choice::kCompact
+                                                             : sm80::Decode16Choice::kDefault;
 }
 
 // Whether the split combine is launched as a programmatic dependent of the
@@ -251,21 +224,13 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   plan.narrow = p.seq_q * pack <= kMaxNarrowRows;
   const bool fp8_kv = is_fp8(p.kv_dtype);
   const ScoreOps ops = launch_ops(p);
-  PagedChoice choice;
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
     constexpr int kD = decltype(head_dim)::value;
-    // Only the plain paged kernels have a second decode tile (with_decode16_tile).
-    if (plan.narrow && !fp8_kv && ops == ScoreOps::kNone && p.layout.paged())
-      choice = paged_tile_choice<kD>(p, dev, pack);
-    plan.paged_tile = choice.tile;
-    plan.shape = shape_for<kD>(plan.narrow, fp8_kv, ops, p.layout.paged(), plan.paged_tile);
+    if (plan.narrow && !fp8_kv && ops != ScoreOps::kAll) plan.decode16 = decode16_choice<kD>(p, dev);
+    plan.shape = shape_for<kD>(plan.narrow, fp8_kv, ops, p.layout.paged(), plan.decode16);
   });
   if (!instantiated) return plan;
-  // The choice's grid, unless an experiments build's environment named
-  // another tile.
-  const bool same = choice.shape.block_m == plan.shape.block_m && choice.shape.block_n == plan.shape.block_n &&
-                    choice.shape.blocks_per_sm == plan.shape.blocks_per_sm;
-  plan.grid = same ? choice.grid : grid_for(p, dev, pack, plan.narrow, plan.shape);
+  plan.grid = grid_for(p, dev, pack, plan.narrow, plan.shape);
   plan.ok = true;
   return plan;
 }
@@ -294,10 +259,14 @@ const char* sm80_describe(const Problem& p, const DeviceInfo& dev, char* buf, si
   const Plan plan = make_plan(p, dev);
   if (!plan.ok || len == 0) return nullptr;
   const FwdGrid& g = plan.grid;
+  char warps[64] = "";
+  if (plan.shape.key_warps > 1)
+    std::snprintf(warps, sizeof warps, " (%d key warps of %d)", plan.shape.key_warps,
+                  plan.shape.block_n / plan.shape.key_warps);
   std::snprintf(buf, len,
-                "%s tile %s: %d rows x %d keys, %d stages, %d CTAs per SM; %lld units of %lld rows (GQA pack %lld), "
+                "%s tile %s: %d rows x %d keys%s, %d stages, %d CTAs per SM; %lld units of %lld rows (GQA pack %lld), "
                 "%lld query blocks, %d key splits, %lld CTAs on %d SMs",
-                plan.narrow ? "decode" : "prefill", plan.shape.name, plan.shape.block_m, plan.shape.block_n,
+                plan.narrow ? "decode" : "prefill", plan.shape.name, plan.shape.block_m, plan.shape.block_n, warps,
                 plan.shape.stages, plan.shape.blocks_per_sm, static_cast<long long>(g.units),
                 static_cast<long long>(g.rows), static_cast<long long>(g.pack), static_cast<long long>(g.m_tiles),
                 g.splits, static_cast<long long>(g.blocks()), dev.num_sms);
@@ -328,7 +297,7 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   sm80::LaunchArgs a;
   a.blocks = plan.grid.blocks();
   a.narrow = plan.narrow;
-  a.paged_tile = plan.paged_tile;
+  a.decode16 = plan.decode16;
   a.ops = launch_ops(p);
   a.mode = seq_mode(p.layout);
   if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write

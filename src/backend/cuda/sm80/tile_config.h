@@ -23,8 +23,9 @@ struct TileConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;  // __launch_bounds__ register cap
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kStages = kStages_;
-  // Warps that split each key tile among themselves (Fp8KvTileConfig only),
-  // and whether each copies its own keys (kOwnKeys; fwd_kernel.cuh).
+  // Warps that split each key tile among themselves (Fp8KvTileConfig,
+  // KeyWarpTileConfig), and whether each copies its own keys (kOwnKeys;
+  // fwd_kernel.cuh).
   static constexpr int kKeyWarps = 1;
   static constexpr int kKeysPerWarp = kBlockN;
   static constexpr bool kOwnKeys = false;
@@ -113,18 +114,28 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
 // A 16-bit decode tile of kKeyWarps warps over one group of 16 rows, each
 // warp taking keys [g kKeysPerWarp, (g + 1) kKeysPerWarp) of every key tile
 // with its own running max / sum and O, merged after the key loop
-// (fwd_kernel.cuh: merge_key_warps). The CTA copies each tile and keeps the
-// 16-bit tiles' barrier pair. With one CTA per SM a B=16 GQA 32/8 decode
-// (128 units) fills the H200 unsplit, as cuDNN's decode kernel does, instead
-// of 4 splits of one-warp CTAs and a combine (docs/performance.md, "Where a
-// decode call's time goes"). An experiment (FMHA_SM80_STREAM_TILE).
-template <int kHeadDim_, int kBlockN_, int kMinBlocksPerSm_, int kStages_, int kKeyWarps_>
+// (fwd_kernel.cuh: merge_key_warps). kOwnKeys (the default): each key warp
+// also copies its own share of every K and V tile (and, paged, stages its
+// share's block-table entries) and waits for its own copies only, with
+// warp barriers (the FP8 tiles' streams); else the CTA copies each tile and
+// keeps the 16-bit tiles' barrier pair (SharedKeyCopies: the tile measured
+// first). With one CTA per SM a B=16 GQA 32/8 decode (128 units) fills the
+// H200 unsplit, as cuDNN's decode kernel does, instead of 4 splits of
+// one-warp CTAs and a combine (docs/performance.md, "Where a decode call's
+// time goes", "Session 2026-12-02").
+template <int kHeadDim_, int kBlockN_, int kMinBlocksPerSm_, int kStages_, int kKeyWarps_, bool kOwnKeys_ = true>
 struct KeyWarpTileConfig : TileConfig<kHeadDim_, 16, kBlockN_, 1, kMinBlocksPerSm_, kStages_> {
   static constexpr int kKeyWarps = kKeyWarps_;
   static constexpr int kThreads = kKeyWarps * 32;
   static constexpr int kKeysPerWarp = kBlockN_ / kKeyWarps;
   static constexpr int kNTiles = kKeysPerWarp / 8;  // n8 tiles of S per warp: its share
+  static constexpr bool kOwnKeys = kOwnKeys_ && kKeyWarps > 1;
   static_assert(kKeysPerWarp % 16 == 0, "each key warp takes whole k16 steps of P V");
+  // The merge of the key warps' states goes through the K/V stages.
+  static_assert(TileConfig<kHeadDim_, 16, kBlockN_, 1, kMinBlocksPerSm_, kStages_>::kSmemQ +
+                        (kKeyWarps - 1) * (4 + 4 * kHeadDim_ / 8) * 32 * 4 <=
+                    TileConfig<kHeadDim_, 16, kBlockN_, 1, kMinBlocksPerSm_, kStages_>::kSmemBytes,
+                "the key warps' states fit the K/V stages");
 };
 
 // An experiment's variant of a key-warp tile whose key warps share each
@@ -159,33 +170,40 @@ struct SharedKeyCopies : Tile {
 //   91-93% of the measured 4.2 TB/s copy bandwidth).
 // NarrowStream, NarrowPaged: the decode tile of the plain and softcap
 //   kernels over contiguous / dense and over paged K/V (Decode16Tile; the
-//   score-ops kernels keep Narrow). D=128: 32 keys x 3 stages x 4 CTAs per
-//   SM (54 KB), BF16 GQA 32/8 Nq=1, H200 2026-12-01 (docs/performance.md,
-//   "Paged decode with more tiles in flight"): paged / contiguous 0.950 /
-//   0.969 at B=1 Nk=131072 (page_size 16 / 64), 0.958 / 0.965 at B=16
-//   Nk=8192, 0.846 / 0.899 for a mixed B=64 batch, where Narrow had 0.82 /
-//   0.88, 0.81 / 0.88, 0.68 / 0.74; contiguous 0.958 / 0.986 / 0.940 of
-//   copy against 0.941 / 0.978 / 0.936. What counted was warps (CTAs) per
-//   SM, not bytes in flight: 32 x 4 stages x 3 CTAs 0.83 / 0.89 at B=1, 16
-//   x 8 x 3 0.63, 64 x 3 x 2 0.47-0.53, 16 x 4 x 6 0.96 at B=16 but 0.69 at
-//   B=1 (64 splits, the cap, fill 512 of 792 slots).
-// NarrowPagedMany: the paged decode tile of more CTAs per SM, which the
-//   plain paged kernel runs instead of NarrowPaged when its grid fills more
-//   of them (sm80_forward.cu: paged_tile_choice; the host plan picks, the
-//   launch follows, explain names it). D=128: 16 keys x 3 stages x 7 CTAs
-//   per SM (29 KB). H200 2026-12-01 (docs/performance.md, "Paged decode,
-//   a tile per shape"), paged / contiguous at page_size 16 / 64: B=16
-//   Nk=8192 0.980 / 0.988 against 0.940-0.946 / 0.958-0.966 on 32 x 3 x 4,
-//   the mixed B=64 batch 0.895 / 0.896 against 0.836 / 0.896; but B=1
-//   Nk=131072 0.68-0.69: 8 units x 55 splits (64 was the cap then) filled
-//   440 of its 924 slots, fewer CTAs per SM than 32 x 3 x 4 had there, on
-//   half-size tiles. In the next run (paged3.sh), with the mixed batch at
-//   8 splits: B=16 0.963-0.965 / 0.971-0.972, mixed 0.968 / 0.968; B=1 at
-//   115 splits (filling it) 0.920-0.926 / 0.926-0.933 against 0.927 / 0.951
-//   on 32 x 3 x 4 at 66, so the plan takes it only within 64 splits.
-//   Contiguous runs gain nothing from it (0.979 / 0.937 of copy at B=16 /
-//   mixed against 0.985 / 0.938, B=1 0.907 against 0.959): NarrowStream
-//   stays one tile.
+//   score-ops kernels keep Narrow). D=128 from 2026-12-02: KeyWarpTileConfig
+//   128 keys x 3 stages, 4 key warps of 32 keys, own keys, one CTA per SM
+//   (196 KB + 2 KB of paged entries). H200, BF16 GQA 32/8 Nq=1, with the
+//   CTA's shared copies (docs/performance.md, "Session 2026-12-02"): call
+//   span B=16 Nk=8192 129.2 -> 122.2 us (unsplit: no combine), B=1
+//   Nk=131072 131.6 -> 127.3 (16 splits), F16 B=1 Nk=32768 43.8 -> 41.0,
+//   against the one-warp 32 x 3 x 4 below; 64 keys x 2 key warps x 2 CTAs
+//   between the two. Own keys and the paged tile: docs/performance.md,
+//   "Key-warp decode tiles by default" (prediction before the H200 run).
+//   D=64 and D=32: 128 keys x 2 stages, 4 key warps, 3 CTAs per SM (66 KB:
+//   it fits the 99 KB of sm_86 / sm_89 / sm_120 too); D=256: 32 keys x 2
+//   stages, 2 key warps of 16 keys, 3 CTAs per SM (72 KB); not measured,
+//   chosen by the D=128 evidence (a CTA's key warps stream like as many
+//   one-warp CTAs, without the splits and the combine) and the FP8 tiles'
+//   (two key warps: D=64 / D=256 +18-32% of copy over one). D=96 keeps
+//   Narrow (12 chunks a row: no warp-sized copy pass; not measured).
+// NarrowCompact: the decode tile the plan takes instead on a device with
+//   less shared memory per block than NarrowStream / NarrowPaged need
+//   (sm80_forward.cu; A100 163 KB, sm_86 / sm_89 / sm_120 99 KB); the same
+//   tile where those fit every device. D=128: the one-warp tile of
+//   2026-12-01, 32 keys x 3 stages x 4 CTAs per SM (54 KB), BF16 GQA 32/8
+//   Nq=1 on the H200 (docs/performance.md, "Paged decode with more tiles in
+//   flight"): paged / contiguous 0.950 / 0.969 at B=1 Nk=131072 (page_size
+//   16 / 64), 0.958 / 0.965 at B=16 Nk=8192, 0.846 / 0.899 for a mixed B=64
+//   batch, where Narrow had 0.82 / 0.88, 0.81 / 0.88, 0.68 / 0.74;
+//   contiguous 0.958 / 0.986 / 0.940 of copy against 0.941 / 0.978 / 0.936.
+//   What counted there was warps (CTAs) per SM, not bytes in flight.
+// Until 2026-12-02 the D=128 plain paged kernel also had NarrowPagedMany,
+//   16 keys x 3 stages x 7 CTAs per SM (one warp each), which the plan took
+//   for grids it filled better (B=16 Nk=8192 paged / contiguous 0.963-0.965
+//   / 0.971-0.972, the mixed batch 0.968 against 0.834 / 0.905; B=1 kept 32
+//   x 3 x 4: docs/performance.md, "Paged decode, a tile per shape"); the
+//   key-warp tile runs B=16 paged unsplit instead. It stays an experiment
+//   candidate (16.7.3).
 // NarrowFp8Kv: the decode tile of an FP8 KV cache (the kFp8Kv
 //   instantiations, units of <= 32 rows). 16 rows with the K/V stages kept
 //   FP8 and converted in registers after each fragment load, three raw
@@ -223,9 +241,9 @@ template <>
 struct Sm80Tuning<32> {
   using Wide = TileConfig<32, 128, 128, 4, 2>;
   using Narrow = TileConfig<32, 16, 128, 1, 3>;
-  using NarrowStream = Narrow;
-  using NarrowPaged = Narrow;
-  using NarrowPagedMany = NarrowPaged;  // one paged decode tile
+  using NarrowStream = KeyWarpTileConfig<32, 128, 3, 2, 4>;
+  using NarrowPaged = NarrowStream;
+  using NarrowCompact = NarrowStream;  // fits every device
   using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3, 2>;
   using WideFp8Kv = Fp8KvTileConfig<32, 64, 128, 4, 2, 3>;
 };
@@ -234,9 +252,9 @@ template <>
 struct Sm80Tuning<64> {
   using Wide = TileConfig<64, 128, 128, 4, 2>;
   using Narrow = TileConfig<64, 16, 128, 1, 3>;
-  using NarrowStream = Narrow;
-  using NarrowPaged = Narrow;
-  using NarrowPagedMany = NarrowPaged;  // one paged decode tile
+  using NarrowStream = KeyWarpTileConfig<64, 128, 3, 2, 4>;
+  using NarrowPaged = NarrowStream;
+  using NarrowCompact = NarrowStream;  // fits every device
   using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3, 2>;
   using WideFp8Kv = Fp8KvTileConfig<64, 64, 128, 4, 2, 3>;
 };
@@ -247,7 +265,7 @@ struct Sm80Tuning<96> {
   using Narrow = TileConfig<96, 16, 64, 1, 3>;
   using NarrowStream = Narrow;
   using NarrowPaged = Narrow;
-  using NarrowPagedMany = NarrowPaged;  // one paged decode tile
+  using NarrowCompact = Narrow;
   // Unused: no FP8 K/V instantiation at D=96 (Fp8KvTile's swizzle).
   using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;
   using WideFp8Kv = Fp8KvTileConfig<96, 64, 64, 4, 2, 3>;
@@ -266,13 +284,19 @@ using Fp8KvTileD128 = Fp8KvTileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kRaw
 template <int kBlockN, int kMinBlocksPerSm, int kStages>
 using DecodeTileD128 = TileConfig<128, 16, kBlockN, 1, kMinBlocksPerSm, kStages>;
 
+// A D=128 key-warp decode tile (KeyWarpTileConfig): kBlockN keys over
+// kKeyWarps warps, kMinBlocksPerSm CTAs per SM, kStages stages; kOwnKeys
+// false: the CTA copies each tile.
+template <int kBlockN, int kMinBlocksPerSm, int kStages, int kKeyWarps, bool kOwnKeys = true>
+using KeyWarpTileD128 = KeyWarpTileConfig<128, kBlockN, kMinBlocksPerSm, kStages, kKeyWarps, kOwnKeys>;
+
 template <>
 struct Sm80Tuning<128> {
   using Wide = TileConfig<128, 128, 64, 4, 2>;
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
-  using NarrowStream = DecodeTileD128<32, 4, 3>;
-  using NarrowPaged = DecodeTileD128<32, 4, 3>;
-  using NarrowPagedMany = DecodeTileD128<16, 7, 3>;
+  using NarrowStream = KeyWarpTileD128<128, 1, 3, 4>;
+  using NarrowPaged = NarrowStream;
+  using NarrowCompact = DecodeTileD128<32, 4, 3>;
 #ifdef FMHA_SM80_FP8KV_D128_N
   using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES,
                                     FMHA_SM80_FP8KV_D128_KEY_WARPS>;
@@ -286,9 +310,9 @@ template <>
 struct Sm80Tuning<256> {
   using Wide = TileConfig<256, 128, 64, 8, 1>;
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
-  using NarrowStream = Narrow;
-  using NarrowPaged = Narrow;
-  using NarrowPagedMany = NarrowPaged;  // one paged decode tile
+  using NarrowStream = KeyWarpTileConfig<256, 32, 3, 2, 2>;
+  using NarrowPaged = NarrowStream;
+  using NarrowCompact = NarrowStream;  // fits every device
   using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3, 2>;
   using WideFp8Kv = Fp8KvTileConfig<256, 64, 32, 4, 2, 3>;
 };
@@ -296,36 +320,44 @@ struct Sm80Tuning<256> {
 // The 16-bit decode tile (narrow: units of <= 32 rows) of a kernel: the
 // plain and softcap kernels stream K/V through NarrowPaged (a block table)
 // or NarrowStream (contiguous or dense rows); the score-ops kernels (kAll:
-// bias, ALiBi) keep Narrow, whose staged bias assumes two stages. The host
-// plan (sm80_forward.cu) and the launch (fwd_launch.cuh) both read this.
-// The plain paged kernel may run NarrowPagedMany instead (with_decode16_tile).
+// bias, ALiBi) keep Narrow, whose staged bias assumes two stages and one
+// warp. The host plan (sm80_forward.cu) and the launch (fwd_launch.cuh)
+// both read this. The plan may take NarrowCompact instead (Decode16Choice,
+// with_decode16_tile).
 template <int kHeadDim, bool kPaged, bool kScoreOps>
 using Decode16Tile =
     std::conditional_t<kScoreOps, typename Sm80Tuning<kHeadDim>::Narrow,
                        std::conditional_t<kPaged, typename Sm80Tuning<kHeadDim>::NarrowPaged,
                                           typename Sm80Tuning<kHeadDim>::NarrowStream>>;
 
-// Which paged decode tile a plain paged kernel runs: the host plan's
-// choice (sm80_forward.cu), carried to the launch in LaunchArgs.
-enum class PagedTile : unsigned char {
-  kDefault,  // Sm80Tuning::NarrowPaged
-  kMany,     // Sm80Tuning::NarrowPagedMany (more CTAs per SM)
+// Which decode tile a plain or softcap kernel runs: the host plan's choice
+// (sm80_forward.cu), carried to the launch in LaunchArgs.
+enum class Decode16Choice : unsigned char {
+  kDefault,  // Decode16Tile: Sm80Tuning::NarrowStream / NarrowPaged
+  kCompact,  // Sm80Tuning::NarrowCompact: the device has less shared memory per block than those need
 };
 
 // Experiments (a build with FMHA_SM80_DECODE_EXPERIMENTS=ON, CMake): the
 // D=128 plain kernels can be forced onto a decode tile by name,
-// "kBlockN.kMinBlocksPerSm.kStages": FMHA_SM80_PAGED_TILE (the paged one)
-// and FMHA_SM80_STREAM_TILE (the contiguous / dense one), read once per
-// process by the host plan and the launch alike; unset or unknown: the
-// plan's choice. tools/device/paged3.sh times them. The candidates are the
-// two paged tiles (NarrowPaged 32.4.3, NarrowPagedMany 16.7.3), so only the
-// contiguous kernel's 16.7.3 is compiled for it, and for the contiguous
-// kernel the key-warp tiles "kBlockN.kMinBlocksPerSm.kStages.kKeyWarps"
-// 128.1.3.4 and 64.2.3.2 (KeyWarpTileConfig); the earlier sweeps (64.3.2,
-// 32.3.4, 16.3.8, 16.6.4, 64.2.3, 32.6.2: docs/performance.md, "Paged decode
-// with more tiles in flight", "Paged decode, a tile per shape") lost to them.
+// "kBlockN.kMinBlocksPerSm.kStages" (one-warp tiles) or
+// "kBlockN.kMinBlocksPerSm.kStages.kKeyWarps" (key-warp tiles, own keys;
+// a trailing "c": the CTA copies each tile): FMHA_SM80_PAGED_TILE (the
+// paged one) and FMHA_SM80_STREAM_TILE (the contiguous / dense one), read
+// once per process by the host plan and the launch alike; unset or
+// unknown: the plan's choice. tools/device/keywarp2.sh times them. The
+// candidates: the default key-warp tile with shared copies (128.1.3.4c,
+// the tile of the 2026-12-02 run), 8 key warps of 16 keys (128.1.3.8), 64
+// keys over 4 (64.2.3.4) and 2 (64.2.3.2) key warps at 2 CTAs per SM, and
+// the one-warp tiles before them, 32.4.3 (NarrowCompact) and 16.7.3 (the
+// former NarrowPagedMany). (64.2.4.2 would need 132 KB: not 2 CTAs per SM
+// in 228 KB.) At every head dim, "narrow" forces the head dim's Narrow tile
+// (one warp; the decode tile of D=32, 64 and 256 before 2026-12-02) on the
+// plain kernels. The earlier sweeps (64.3.2, 32.3.4, 16.3.8, 16.6.4, 64.2.3,
+// 32.6.2: docs/performance.md, "Paged decode with more tiles in flight",
+// "Paged decode, a tile per shape") lost to 32.4.3 and 16.7.3.
 #if FMHA_SM80_DECODE_EXPERIMENTS
-constexpr const char* kDecodeTileNames[] = {"32.4.3", "16.7.3", "128.1.3.4", "64.2.3.2"};
+constexpr const char* kDecodeTileNames[] = {"32.4.3",   "16.7.3",   "128.1.3.4c", "128.1.3.8",
+                                            "64.2.3.4", "64.2.3.2", "128.1.3.4",  "narrow"};
 inline int sm80_decode_tile_choice(bool paged) {
   static const int paged_choice = env_choice("FMHA_SM80_PAGED_TILE", kDecodeTileNames);
   static const int stream_choice = env_choice("FMHA_SM80_STREAM_TILE", kDecodeTileNames);
@@ -335,33 +367,32 @@ inline int sm80_decode_tile_choice(bool paged) {
 
 // fn(Cfg{}) with the 16-bit decode tile of a plain or softcap kernel
 // (kScoreOps false) of head dim kHeadDim, paged K/V or not: Decode16Tile,
-// or NarrowPagedMany for a plain paged kernel when `paged_tile` says so
-// (only the plain kernels compile it: 2 kernels per D=128 unit), or in an
-// experiments build a plain kernel's candidate named by the environment.
+// or NarrowCompact when `choice` says so, or in an experiments build a
+// plain kernel's candidate named by the environment.
 template <int kHeadDim, bool kPaged, bool kPlain, class Fn>
-auto with_decode16_tile(PagedTile paged_tile, Fn&& fn) {
+auto with_decode16_tile(Decode16Choice choice, Fn&& fn) {
 #if FMHA_SM80_DECODE_EXPERIMENTS
   if constexpr (kHeadDim == 128 && kPlain) {
     switch (sm80_decode_tile_choice(kPaged)) {
       case 1: return fn(DecodeTileD128<32, 4, 3>{});
       case 2: return fn(DecodeTileD128<16, 7, 3>{});
-      default: break;
+      case 3: return fn(KeyWarpTileD128<128, 1, 3, 4, false>{});
+      case 4: return fn(KeyWarpTileD128<128, 1, 3, 8>{});
+      case 5: return fn(KeyWarpTileD128<64, 2, 3, 4>{});
+      case 6: return fn(KeyWarpTileD128<64, 2, 3, 2>{});
+      default: break;  // 7 (128.1.3.4): the default tile
     }
-    if constexpr (!kPaged) {  // key-warp tiles: contiguous K/V only
-      switch (sm80_decode_tile_choice(kPaged)) {
-        case 3: return fn(KeyWarpTileConfig<128, 128, 1, 3, 4>{});
-        case 4: return fn(KeyWarpTileConfig<128, 64, 2, 3, 2>{});
-        default: break;
-      }
-    }
+  }
+  if constexpr (kPlain) {
+    if (sm80_decode_tile_choice(kPaged) == 8) return fn(typename Sm80Tuning<kHeadDim>::Narrow{});
   }
 #endif
-  if constexpr (kPaged && kPlain &&
-                !std::is_same<typename Sm80Tuning<kHeadDim>::NarrowPagedMany,
-                              typename Sm80Tuning<kHeadDim>::NarrowPaged>::value) {
-    if (paged_tile == PagedTile::kMany) return fn(typename Sm80Tuning<kHeadDim>::NarrowPagedMany{});
+  using Tuning = Sm80Tuning<kHeadDim>;
+  using Default = Decode16Tile<kHeadDim, kPaged, false>;
+  if constexpr (!std::is_same<typename Tuning::NarrowCompact, Default>::value) {
+    if (choice == Decode16Choice::kCompact) return fn(typename Tuning::NarrowCompact{});
   }
-  return fn(Decode16Tile<kHeadDim, kPaged, false>{});
+  return fn(Default{});
 }
 
 // The FP8 K/V decode tile of head dim D (either q dtype).
@@ -420,7 +451,7 @@ auto with_fp8kv_decode_tile(Fn&& fn) {
 #define FMHA_SM80_TUNED_(D)                                                                        \
   static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D &&   \
                     Sm80Tuning<D>::NarrowStream::kHeadDim == D && Sm80Tuning<D>::NarrowPaged::kHeadDim == D && \
-                    Sm80Tuning<D>::NarrowPagedMany::kHeadDim == D &&                          \
+                    Sm80Tuning<D>::NarrowCompact::kHeadDim == D &&                            \
                     Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D &&                                \
                     Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
                 "Sm80Tuning<" #D "> is missing or mis-keyed");
