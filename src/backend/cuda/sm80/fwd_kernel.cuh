@@ -677,17 +677,14 @@ struct Fp8KvTile {
     }
   }
 
-  // Paged: key j at base + row_offset(j) (paged_kv_row). When the tile lies
-  // in one page (one_page: page_size is a multiple of kRows; tiles start at
-  // multiples of kRows) one block-table read places it; otherwise one read
-  // per row. Table entries of rows at or past n are never read.
+  // Paged, one block-table read per row: key j at base + row_offset(j)
+  // (paged_kv_row), for page sizes that do not hold the tile in one page
+  // (the kernel places a tile that lies in one page with load_tile and an
+  // entry it read a tile ahead). Table entries of rows at or past n are
+  // never read.
   template <class RowOffset>
-  __device__ static void load_paged(uint32_t raw, const uint8_t* base, int64_t stride, RowOffset row_offset,
-                                    bool one_page, int row0, int n, int tid) {
-    if (one_page) {
-      load_tile(raw, row0 < n ? base + row_offset(row0) : base, stride, n - row0, base, tid);
-      return;
-    }
+  __device__ static void load_paged_rows(uint32_t raw, const uint8_t* base, RowOffset row_offset, int row0, int n,
+                                         int tid) {
     const int r = tid / kChunks;
     const int c16 = (tid % kChunks) * 16;
 #pragma unroll 4
@@ -1346,13 +1343,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       return ps.page * stride0 + ps.slot * stride2;
     };
   };
-  [[maybe_unused]] const bool one_page = kPaged && kFp8Kv && p.layout.page_size % Cfg::kBlockN == 0;
   auto load_k = [&](uint32_t dst, int n0) {
     if constexpr (kFp8Kv) {
       if constexpr (kPaged)
-        Fp8Tile::load_paged(
-            sQ + dst + copy_off, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, one_page,
-            n0 + copy0, w.len_k(p), copier);
+        Fp8Tile::load_paged_rows(
+            sQ + dst + copy_off, k, [&](int j) { return paged_kv_row(p, w.b, j).k; }, n0 + copy0, w.len_k(p),
+            copier);
       else
         Fp8Tile::load(sQ + dst + copy_off, k, p.k_stride[2], n0 + copy0, w.len_k(p), copier);
     } else if constexpr (kPaged) {
@@ -1365,9 +1361,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   auto load_v = [&](uint32_t dst, int n0) {
     if constexpr (kFp8Kv) {
       if constexpr (kPaged)
-        Fp8Tile::load_paged(
-            sQ + dst + copy_off, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, one_page,
-            n0 + copy0, w.len_k(p), copier);
+        Fp8Tile::load_paged_rows(
+            sQ + dst + copy_off, v, [&](int j) { return paged_kv_row(p, w.b, j).v; }, n0 + copy0, w.len_k(p),
+            copier);
       else
         Fp8Tile::load(sQ + dst + copy_off, v, p.v_stride[2], n0 + copy0, w.len_k(p), copier);
     } else if constexpr (kPaged) {
@@ -1376,6 +1372,55 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     } else {
       KVLoader::load(dst, v, p.v_stride[2], n0, w.len_k(p), tid);
     }
+  };
+
+  // FP8 K/V: K then V of tile t_issue (one group each) into raw stage
+  // `slot` (fp8_issue). Paged K/V whose copied share of a tile (kCopyRows
+  // rows from a multiple of kCopyRows: a key warp's keys, or the tile)
+  // always lies in one page (one_page: page_size a multiple of kCopyRows)
+  // are placed by one block-table entry per share, read a tile ahead into
+  // fp8_page (fp8_page_of; the prologue reads the first S - 1 as it issues
+  // them), so a tile's copies wait on no table read: the entry's L2
+  // latency overlaps the tile computed in between. (Before, the entry was
+  // read at the issue, by K's copies and again by V's, and a share counted
+  // as one page only when the whole tile did: a 128-key tile of four
+  // 32-key warps took the per-row path at page_size 64.) Other page sizes
+  // read the table per row (Fp8KvTile::load_paged_rows).
+  constexpr int kCopyRows = kOwnKeys ? Cfg::kKeysPerWarp : Cfg::kBlockN;
+  [[maybe_unused]] const bool one_page = kPaged && kFp8Kv && p.layout.page_size % kCopyRows == 0;
+  [[maybe_unused]] int32_t fp8_page = 0;  // one_page: the entry of the next issued tile's share
+  // The raw entry of tile t_read's share, or 0 past the work tile or the
+  // sequence (never read there: the table row covers the sequence's keys).
+  [[maybe_unused]] auto fp8_page_of = [&](int t_read) -> int32_t {
+    const int j = t_read * Cfg::kBlockN + copy0;
+    if (t_read >= w.t_end || j >= w.len_k(p)) return 0;
+    return p.layout.block_table[w.b * p.layout.block_table_stride + p.page_div.div(static_cast<uint32_t>(j))];
+  };
+  [[maybe_unused]] auto fp8_issue = [&](int slot, int t_issue) {
+    const bool live = t_issue < w.t_end;
+    const uint32_t dk = rawK + static_cast<uint32_t>(slot) * kRawBytes;
+    const uint32_t dv = rawV + static_cast<uint32_t>(slot) * kRawBytes;
+    if constexpr (kPaged && kFp8Kv) {
+      if (one_page) {
+        const int j = t_issue * Cfg::kBlockN + copy0;  // the share's first key
+        const int n = w.len_k(p);
+        int64_t ko = 0, vo = 0;  // rows past n are zero-filled, naming k / v
+        if (live && j < n) {
+          const PageSlot ps = page_slot_of(p.layout, j, p.page_div.div(static_cast<uint32_t>(j)), fp8_page);
+          ko = ps.page * p.k_stride[0] + ps.slot * p.k_stride[2];
+          vo = ps.page * p.v_stride[0] + ps.slot * p.v_stride[2];
+        }
+        if (live) Fp8Tile::load_tile(sQ + dk + copy_off, k + ko, p.k_stride[2], n - j, k, copier);
+        cp_async_commit();
+        if (live) Fp8Tile::load_tile(sQ + dv + copy_off, v + vo, p.v_stride[2], n - j, v, copier);
+        cp_async_commit();
+        return;
+      }
+    }
+    if (live) load_k(dk, t_issue * Cfg::kBlockN);
+    cp_async_commit();
+    if (live) load_v(dv, t_issue * Cfg::kBlockN);
+    cp_async_commit();
   };
 
   // The one-warp 16-bit paged tiles issue a tile's K and V together
@@ -1446,12 +1491,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   if constexpr (kFp8Kv) {
 #pragma unroll
     for (int i = 0; i < kRawStages - 1; ++i) {
-      const int t = w.t_begin + i;
-      if (t < w.t_end) load_k(rawK + i * kRawBytes, t * Cfg::kBlockN);
-      cp_async_commit();
-      if (t < w.t_end) load_v(rawV + i * kRawBytes, t * Cfg::kBlockN);
-      cp_async_commit();
+      if constexpr (kPaged)
+        if (one_page) fp8_page = fp8_page_of(w.t_begin + i);
+      fp8_issue(i, w.t_begin + i);
     }
+    if constexpr (kPaged)
+      if (one_page) fp8_page = fp8_page_of(w.t_begin + kRawStages - 1);  // the loop's first issue
   } else {
     if constexpr (kPaged) {
       cp_async_wait<0>();  // the entries (and a staged bias's first tile), not Q's uncommitted copies
@@ -1546,10 +1591,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       else __syncthreads();
       const int ahead = t + kRawStages - 1;
       const int free_stage = raw_stage == 0 ? kRawStages - 1 : raw_stage - 1;  // tile t-1's
-      if (ahead < w.t_end) load_k(rawK + free_stage * kRawBytes, ahead * Cfg::kBlockN);
-      cp_async_commit();
-      if (ahead < w.t_end) load_v(rawV + free_stage * kRawBytes, ahead * Cfg::kBlockN);
-      cp_async_commit();
+      fp8_issue(free_stage, ahead);
+      if constexpr (kPaged)
+        if (one_page) fp8_page = fp8_page_of(ahead + 1);  // used at tile t + 1
     } else {
       if (staged) {
         cp_async_wait<2>();  // B[t] landed (this lane's chunks) ...
