@@ -1168,6 +1168,71 @@ __device__ void merge_key_warps(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Soft
 }
 
 // ---------------------------------------------------------------------------
+// merge_key_warps_tree: merge_key_warps's merge in ceil(log2 kKeyWarps)
+// rounds for the FP8 tiles of many key warps (one CTA per SM: 8 to 16),
+// instead of kKeyWarps - 1 merges one after another in key warp 0 (at 16
+// key warps, 15 x 68 shared loads and the arithmetic on one warp's chain,
+// ~1-2 us of a CTA that streams ~70 us). A round of n states: key warps
+// [h, n), h = ceil(n / 2), store theirs (slot g - h), key warp g < n - h
+// takes in key warp g + h's with merge_key_warps's arithmetic; then n = h,
+// until key warp 0 holds the merged state. The order of the merges is fixed
+// (not timing-dependent). floor(kKeyWarps / 2) states of buffer, two
+// barriers per round, the first round's first also "every warp is past
+// its last read of the stages". All threads call it. A second copy of
+// merge_key_warps's state format and merge (the 16-bit key-warp tiles use
+// that one, on another branch): to be one once both have landed.
+// ---------------------------------------------------------------------------
+template <class Cfg, class Softmax>
+__device__ void merge_key_warps_tree(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Softmax& sm, float c, float* buf,
+                                     int key_warp, int lane) {
+  constexpr int kValues = Cfg::kMSlices * (4 + 4 * Cfg::kDTiles);  // m, l (2 rows each) and o per slice
+#pragma unroll 1
+  for (int n = Cfg::kKeyWarps; n > 1; n = (n + 1) / 2) {
+    const int h = (n + 1) / 2;
+    __syncthreads();  // the stages' (first round) or the last round's slots' readers are done
+    if (key_warp >= h && key_warp < n) {
+      float* out = buf + (key_warp - h) * kValues * 32 + lane;
+      int i = 0;
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          out[32 * i++] = sm.m[ms][hh];
+          out[32 * i++] = sm.l[ms][hh];
+        }
+#pragma unroll
+        for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) out[32 * i++] = o[ms][dt][e];
+      }
+    }
+    __syncthreads();
+    if (key_warp < n - h) {
+      const float* in = buf + key_warp * kValues * 32 + lane;
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+        const int at = ms * (4 + 4 * Cfg::kDTiles);
+        float a[2], b[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float mg = in[32 * (at + 2 * hh)], lg = in[32 * (at + 2 * hh + 1)];
+          const float m = fmaxf(sm.m[ms][hh], mg);
+          a[hh] = sm.m[ms][hh] == kNegInf ? 0.f : exp2f(sm.m[ms][hh] * c - m * c);
+          b[hh] = mg == kNegInf ? 0.f : exp2f(mg * c - m * c);
+          sm.m[ms][hh] = m;
+          sm.l[ms][hh] = a[hh] * sm.l[ms][hh] + b[hh] * lg;
+        }
+#pragma unroll
+        for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            o[ms][dt][e] = a[e >> 1] * o[ms][dt][e] + b[e >> 1] * in[32 * (at + 4 + 4 * dt + e)];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // The kernel: one CTA = kBlockM query rows of one (batch, head), one key split.
 // Pipeline (S = kStages): K and V of tiles t+1 .. t+S-1 are in flight while
 // tile t is computed; cp.async groups are committed K, V, K, V, ... (the
@@ -1738,7 +1803,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     static_assert(Cfg::kSmemQ + (Cfg::kKeyWarps - 1) * Cfg::kMSlices * (4 + 4 * Cfg::kDTiles) * 32 * 4 <=
                       Cfg::kSmemBytes,
                   "the key warps' states fit the raw stages");
-    merge_key_warps<Cfg>(o, sm, score_log2, reinterpret_cast<float*>(smem + Cfg::kSmemQ), key_warp, lane);
+    // FP8 tiles of more than 4 key warps merge in rounds (merge_key_warps_tree).
+    if constexpr (kFp8Kv && Cfg::kKeyWarps > 4)
+      merge_key_warps_tree<Cfg>(o, sm, score_log2, reinterpret_cast<float*>(smem + Cfg::kSmemQ), key_warp, lane);
+    else
+      merge_key_warps<Cfg>(o, sm, score_log2, reinterpret_cast<float*>(smem + Cfg::kSmemQ), key_warp, lane);
   }
   // v_descale multiplies o (and a split's partial o, which the combine
   // sums), never lse.
