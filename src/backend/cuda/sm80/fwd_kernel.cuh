@@ -656,6 +656,19 @@ struct Fp8KvTile {
       uint32_t dst[kCycle];
 #pragma unroll
       for (int i = 0; i < kCycle; ++i) dst[i] = raw + own(tid, i);
+      // Packed rows (stride == kHeadDim bytes: a [.., N, D] cache, or a
+      // page of one head's rows): the tile is one run of kRows * kHeadDim
+      // bytes and pass p's copy sits p * kCopiers * 16 bytes past the
+      // first, a constant offset of one address instead of a 64-bit add
+      // per copy (H200 SASS, fp8dec3's default tile: 43 instructions per 8
+      // copies, 2 of them each the IADD3 pair of `src + pass * step`).
+      if (stride == kHeadDim) {
+#pragma unroll
+        for (int pass = 0; pass < kPasses; ++pass)
+          cp_async_16(dst[pass % kCycle] + (pass / kCycle) * (kCycle * kRowsPerPass * kHeadDim),
+                      src + pass * (kRowsPerPass * kHeadDim));
+        return;
+      }
       const int64_t step = static_cast<int64_t>(kRowsPerPass) * stride;
 #pragma unroll
       for (int pass = 0; pass < kPasses; ++pass)
@@ -670,17 +683,14 @@ struct Fp8KvTile {
     }
   }
 
-  // Paged: key j at base + row_offset(j) (paged_kv_row). When the tile lies
-  // in one page (one_page: page_size is a multiple of kRows; tiles start at
-  // multiples of kRows) one block-table read places it; otherwise one read
-  // per row. Table entries of rows at or past n are never read.
+  // Paged, one block-table read per row: key j at base + row_offset(j)
+  // (paged_kv_row), for page sizes that do not hold the tile in one page
+  // (the kernel places a tile that lies in one page with load_tile and an
+  // entry it read a tile ahead). Table entries of rows at or past n are
+  // never read.
   template <class RowOffset>
-  __device__ static void load_paged(uint32_t raw, const uint8_t* base, int64_t stride, RowOffset row_offset,
-                                    bool one_page, int row0, int n, int tid) {
-    if (one_page) {
-      load_tile(raw, row0 < n ? base + row_offset(row0) : base, stride, n - row0, base, tid);
-      return;
-    }
+  __device__ static void load_paged_rows(uint32_t raw, const uint8_t* base, RowOffset row_offset, int row0, int n,
+                                         int tid) {
     const int r = tid / kChunks;
     const int c16 = (tid % kChunks) * 16;
 #pragma unroll 4
@@ -1164,6 +1174,71 @@ __device__ void merge_key_warps(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Soft
 }
 
 // ---------------------------------------------------------------------------
+// merge_key_warps_tree: merge_key_warps's merge in ceil(log2 kKeyWarps)
+// rounds for the FP8 tiles of many key warps (one CTA per SM: 8 to 16),
+// instead of kKeyWarps - 1 merges one after another in key warp 0 (at 16
+// key warps, 15 x 68 shared loads and the arithmetic on one warp's chain,
+// ~1-2 us of a CTA that streams ~70 us). A round of n states: key warps
+// [h, n), h = ceil(n / 2), store theirs (slot g - h), key warp g < n - h
+// takes in key warp g + h's with merge_key_warps's arithmetic; then n = h,
+// until key warp 0 holds the merged state. The order of the merges is fixed
+// (not timing-dependent). floor(kKeyWarps / 2) states of buffer, two
+// barriers per round, the first round's first also "every warp is past
+// its last read of the stages". All threads call it. A second copy of
+// merge_key_warps's state format and merge (the 16-bit key-warp tiles use
+// that one, on another branch): to be one once both have landed.
+// ---------------------------------------------------------------------------
+template <class Cfg, class Softmax>
+__device__ void merge_key_warps_tree(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Softmax& sm, float c, float* buf,
+                                     int key_warp, int lane) {
+  constexpr int kValues = Cfg::kMSlices * (4 + 4 * Cfg::kDTiles);  // m, l (2 rows each) and o per slice
+#pragma unroll 1
+  for (int n = Cfg::kKeyWarps; n > 1; n = (n + 1) / 2) {
+    const int h = (n + 1) / 2;
+    __syncthreads();  // the stages' (first round) or the last round's slots' readers are done
+    if (key_warp >= h && key_warp < n) {
+      float* out = buf + (key_warp - h) * kValues * 32 + lane;
+      int i = 0;
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          out[32 * i++] = sm.m[ms][hh];
+          out[32 * i++] = sm.l[ms][hh];
+        }
+#pragma unroll
+        for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) out[32 * i++] = o[ms][dt][e];
+      }
+    }
+    __syncthreads();
+    if (key_warp < n - h) {
+      const float* in = buf + key_warp * kValues * 32 + lane;
+#pragma unroll
+      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+        const int at = ms * (4 + 4 * Cfg::kDTiles);
+        float a[2], b[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float mg = in[32 * (at + 2 * hh)], lg = in[32 * (at + 2 * hh + 1)];
+          const float m = fmaxf(sm.m[ms][hh], mg);
+          a[hh] = sm.m[ms][hh] == kNegInf ? 0.f : exp2f(sm.m[ms][hh] * c - m * c);
+          b[hh] = mg == kNegInf ? 0.f : exp2f(mg * c - m * c);
+          sm.m[ms][hh] = m;
+          sm.l[ms][hh] = a[hh] * sm.l[ms][hh] + b[hh] * lg;
+        }
+#pragma unroll
+        for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            o[ms][dt][e] = a[e >> 1] * o[ms][dt][e] + b[e >> 1] * in[32 * (at + 4 + 4 * dt + e)];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
 // The kernel: one CTA = kBlockM query rows of one (batch, head), one key split.
 // Pipeline (S = kStages): K and V of tiles t+1 .. t+S-1 are in flight while
 // tile t is computed; cp.async groups are committed K, V, K, V, ... (the
@@ -1350,13 +1425,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       return ps.page * stride0 + ps.slot * stride2;
     };
   };
-  [[maybe_unused]] const bool one_page = kPaged && kFp8Kv && p.layout.page_size % Cfg::kBlockN == 0;
   auto load_k = [&](uint32_t dst, int n0) {
     if constexpr (kFp8Kv) {
       if constexpr (kPaged)
-        Fp8Tile::load_paged(
-            sQ + dst + copy_off, k, p.k_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).k; }, one_page,
-            n0 + copy0, w.len_k(p), copier);
+        Fp8Tile::load_paged_rows(
+            sQ + dst + copy_off, k, [&](int j) { return paged_kv_row(p, w.b, j).k; }, n0 + copy0, w.len_k(p),
+            copier);
       else
         Fp8Tile::load(sQ + dst + copy_off, k, p.k_stride[2], n0 + copy0, w.len_k(p), copier);
     } else if constexpr (kPaged) {
@@ -1369,9 +1443,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   auto load_v = [&](uint32_t dst, int n0) {
     if constexpr (kFp8Kv) {
       if constexpr (kPaged)
-        Fp8Tile::load_paged(
-            sQ + dst + copy_off, v, p.v_stride[2], [&](int j) { return paged_kv_row(p, w.b, j).v; }, one_page,
-            n0 + copy0, w.len_k(p), copier);
+        Fp8Tile::load_paged_rows(
+            sQ + dst + copy_off, v, [&](int j) { return paged_kv_row(p, w.b, j).v; }, n0 + copy0, w.len_k(p),
+            copier);
       else
         Fp8Tile::load(sQ + dst + copy_off, v, p.v_stride[2], n0 + copy0, w.len_k(p), copier);
     } else if constexpr (kPaged) {
@@ -1380,6 +1454,55 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     } else {
       KVLoader::load(dst + kv_copy_off, v, p.v_stride[2], n0 + copy0, w.len_k(p), copier);
     }
+  };
+
+  // FP8 K/V: K then V of tile t_issue (one group each) into raw stage
+  // `slot` (fp8_issue). Paged K/V whose copied share of a tile (kCopyRows
+  // rows from a multiple of kCopyRows: a key warp's keys, or the tile)
+  // always lies in one page (one_page: page_size a multiple of kCopyRows)
+  // are placed by one block-table entry per share, read a tile ahead into
+  // fp8_page (fp8_page_of; the prologue reads the first S - 1 as it issues
+  // them), so a tile's copies wait on no table read: the entry's L2
+  // latency overlaps the tile computed in between. (Before, the entry was
+  // read at the issue, by K's copies and again by V's, and a share counted
+  // as one page only when the whole tile did: a 128-key tile of four
+  // 32-key warps took the per-row path at page_size 64.) Other page sizes
+  // read the table per row (Fp8KvTile::load_paged_rows).
+  constexpr int kCopyRows = kOwnKeys ? Cfg::kKeysPerWarp : Cfg::kBlockN;
+  [[maybe_unused]] const bool one_page = kPaged && kFp8Kv && p.layout.page_size % kCopyRows == 0;
+  [[maybe_unused]] int32_t fp8_page = 0;  // one_page: the entry of the next issued tile's share
+  // The raw entry of tile t_read's share, or 0 past the work tile or the
+  // sequence (never read there: the table row covers the sequence's keys).
+  [[maybe_unused]] auto fp8_page_of = [&](int t_read) -> int32_t {
+    const int j = t_read * Cfg::kBlockN + copy0;
+    if (t_read >= w.t_end || j >= w.len_k(p)) return 0;
+    return p.layout.block_table[w.b * p.layout.block_table_stride + p.page_div.div(static_cast<uint32_t>(j))];
+  };
+  [[maybe_unused]] auto fp8_issue = [&](int slot, int t_issue) {
+    const bool live = t_issue < w.t_end;
+    const uint32_t dk = rawK + static_cast<uint32_t>(slot) * kRawBytes;
+    const uint32_t dv = rawV + static_cast<uint32_t>(slot) * kRawBytes;
+    if constexpr (kPaged && kFp8Kv) {
+      if (one_page) {
+        const int j = t_issue * Cfg::kBlockN + copy0;  // the share's first key
+        const int n = w.len_k(p);
+        int64_t ko = 0, vo = 0;  // rows past n are zero-filled, naming k / v
+        if (live && j < n) {
+          const PageSlot ps = page_slot_of(p.layout, j, p.page_div.div(static_cast<uint32_t>(j)), fp8_page);
+          ko = ps.page * p.k_stride[0] + ps.slot * p.k_stride[2];
+          vo = ps.page * p.v_stride[0] + ps.slot * p.v_stride[2];
+        }
+        if (live) Fp8Tile::load_tile(sQ + dk + copy_off, k + ko, p.k_stride[2], n - j, k, copier);
+        cp_async_commit();
+        if (live) Fp8Tile::load_tile(sQ + dv + copy_off, v + vo, p.v_stride[2], n - j, v, copier);
+        cp_async_commit();
+        return;
+      }
+    }
+    if (live) load_k(dk, t_issue * Cfg::kBlockN);
+    cp_async_commit();
+    if (live) load_v(dv, t_issue * Cfg::kBlockN);
+    cp_async_commit();
   };
 
   // The 16-bit paged decode tiles (one row warp: the one-warp tiles, and
@@ -1452,12 +1575,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   if constexpr (kFp8Kv) {
 #pragma unroll
     for (int i = 0; i < kRawStages - 1; ++i) {
-      const int t = w.t_begin + i;
-      if (t < w.t_end) load_k(rawK + i * kRawBytes, t * Cfg::kBlockN);
-      cp_async_commit();
-      if (t < w.t_end) load_v(rawV + i * kRawBytes, t * Cfg::kBlockN);
-      cp_async_commit();
+      if constexpr (kPaged)
+        if (one_page) fp8_page = fp8_page_of(w.t_begin + i);
+      fp8_issue(i, w.t_begin + i);
     }
+    if constexpr (kPaged)
+      if (one_page) fp8_page = fp8_page_of(w.t_begin + kRawStages - 1);  // the loop's first issue
   } else {
     if constexpr (kPaged) {
       cp_async_wait<0>();  // the entries (and a staged bias's first tile), not Q's uncommitted copies
@@ -1553,10 +1676,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       else __syncthreads();
       const int ahead = t + kRawStages - 1;
       const int free_stage = raw_stage == 0 ? kRawStages - 1 : raw_stage - 1;  // tile t-1's
-      if (ahead < w.t_end) load_k(rawK + free_stage * kRawBytes, ahead * Cfg::kBlockN);
-      cp_async_commit();
-      if (ahead < w.t_end) load_v(rawV + free_stage * kRawBytes, ahead * Cfg::kBlockN);
-      cp_async_commit();
+      fp8_issue(free_stage, ahead);
+      if constexpr (kPaged)
+        if (one_page) fp8_page = fp8_page_of(ahead + 1);  // used at tile t + 1
     } else {
       if (staged) {
         cp_async_wait<2>();  // B[t] landed (this lane's chunks) ...
@@ -1711,7 +1833,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     static_assert(Cfg::kSmemQ + (Cfg::kKeyWarps - 1) * Cfg::kMSlices * (4 + 4 * Cfg::kDTiles) * 32 * 4 <=
                       Cfg::kSmemBytes,
                   "the key warps' states fit the raw stages");
-    merge_key_warps<Cfg>(o, sm, score_log2, reinterpret_cast<float*>(smem + Cfg::kSmemQ), key_warp, lane);
+    // FP8 tiles of more than 4 key warps merge in rounds (merge_key_warps_tree).
+    if constexpr (kFp8Kv && Cfg::kKeyWarps > 4)
+      merge_key_warps_tree<Cfg>(o, sm, score_log2, reinterpret_cast<float*>(smem + Cfg::kSmemQ), key_warp, lane);
+    else
+      merge_key_warps<Cfg>(o, sm, score_log2, reinterpret_cast<float*>(smem + Cfg::kSmemQ), key_warp, lane);
   }
   // v_descale multiplies o (and a split's partial o, which the combine
   // sums), never lse.

@@ -138,13 +138,6 @@ struct KeyWarpTileConfig : TileConfig<kHeadDim_, 16, kBlockN_, 1, kMinBlocksPerS
                 "the key warps' states fit the K/V stages");
 };
 
-// An experiment's variant of a key-warp tile whose key warps share each
-// tile's copies and the CTA's barrier pair (the tile before kOwnKeys).
-template <class Tile>
-struct SharedKeyCopies : Tile {
-  static constexpr bool kOwnKeys = false;
-};
-
 // Per head dim, for sm_80 and newer (one build serves sm_80 and sm_90; the
 // numbers are from the lent H200, sm_90, 132 SMs, 228 KB shared memory per
 // SM, 2026-11-29; docs/performance.md, "CUDA sm80 family on the H200", has
@@ -400,17 +393,32 @@ template <int kHeadDim>
 using Fp8KvDecodeTile = typename Sm80Tuning<kHeadDim>::NarrowFp8Kv;
 
 // Experiments (a build with FMHA_SM80_FP8KV_EXPERIMENTS=ON, CMake): the
-// FP8 K/V units' plain kernels (ScoreOps::kNone) also compile the candidate
-// decode tiles below, and FMHA_SM80_FP8KV_TILE (read once per process, by
-// the host plan and the launch alike) picks one by name: "kw1" is the
-// head dim's tile with one key warp, "cta" its key warps sharing each
-// tile's copies and the CTA's barriers (SharedKeyCopies); the others are
-// D=128 tiles "kBlockN.kMinBlocksPerSm.kRawStages.kKeyWarps" (other head
-// dims keep theirs). Unset or unknown: Fp8KvDecodeTile. tools/device/fp8dec3.sh
-// times them.
+// FP8 K/V units' plain kernels (ScoreOps::kNone) at D=128 also compile the
+// candidate decode tiles below, and FMHA_SM80_FP8KV_TILE (read once per
+// process, by the host plan and the launch alike) picks one by name,
+// "kBlockN.kMinBlocksPerSm.kRawStages.kKeyWarps" (every layout: dense,
+// contiguous and paged). Unset or unknown: Fp8KvDecodeTile. Other head dims
+// keep theirs. tools/device/fp8dec4.sh times them.
+//   64.3.4.4, 128.3.2.4  the best two of fp8dec3's checkpoint (+4% / +3%
+//                        over the default at B=1, -5% / -24% paged ps64
+//                        then; both 168 registers), the in-run references
+//   256.1.3.8            one CTA per SM of 8 key warps x 32 keys (the
+//                        default's warps and registers, 255): B=16 GQA 32/8
+//                        (128 units) runs unsplit, B=1 in 16 splits instead
+//                        of 64, as the 16-bit key-warp tile 128.1.3.4 did
+//   192.1.4.12           one CTA per SM of 12 key warps x 16 keys (168
+//                        registers: 64.3.4.4's warps per SM), 4 raw stages
+//   256.1.3.16           one CTA per SM of 16 key warps x 16 keys (128
+//                        registers)
+//   128.2.3.4            two CTAs per SM of 4 key warps x 32 keys (255
+//                        registers): the default's warps per SM in half the
+//                        CTAs, B=16 in 2 splits
+// fp8dec3's other candidates (kw1, cta, 64.4.3.4, 32.7.3.2, 128.2.3.2) lost
+// on the H200 (docs/performance.md, "FP8 KV decode, third pass") and are
+// gone.
 #if FMHA_SM80_FP8KV_EXPERIMENTS
-constexpr const char* kFp8KvTileNames[] = {"kw1",      "64.3.4.4", "64.4.3.4", "128.3.2.4",
-                                           "32.7.3.2", "128.2.3.2", "cta"};
+constexpr const char* kFp8KvTileNames[] = {"64.3.4.4",   "128.3.2.4",  "256.1.3.8",
+                                           "192.1.4.12", "256.1.3.16", "128.2.3.4"};
 inline int sm80_fp8kv_tile_choice() {
   static const int choice = env_choice("FMHA_SM80_FP8KV_TILE", kFp8KvTileNames);
   return choice;
@@ -419,27 +427,20 @@ inline int sm80_fp8kv_tile_choice() {
 
 // fn(Cfg{}) with the FP8 K/V decode tile of head dim kHeadDim for a plain
 // kernel (kPlain) or not: Fp8KvDecodeTile, or in an experiments build a
-// plain kernel's candidate.
+// plain D=128 kernel's candidate.
 template <int kHeadDim, bool kPlain, class Fn>
 auto with_fp8kv_decode_tile(Fn&& fn) {
   using Tile = Fp8KvDecodeTile<kHeadDim>;
 #if FMHA_SM80_FP8KV_EXPERIMENTS
-  if constexpr (kPlain) {
-    const int choice = sm80_fp8kv_tile_choice();
-    if (choice == 1)
-      return fn(Fp8KvTileConfig<kHeadDim, Tile::kBlockM, Tile::kBlockN, Tile::kWarps, Tile::kMinBlocksPerSm,
-                                Tile::kRawStages, 1>{});
-    if constexpr (Tile::kOwnKeys)
-      if (choice == 7) return fn(SharedKeyCopies<Tile>{});
-    if constexpr (kHeadDim == 128) {
-      switch (choice) {
-        case 2: return fn(Fp8KvTileD128<64, 3, 4, 4>{});
-        case 3: return fn(Fp8KvTileD128<64, 4, 3, 4>{});
-        case 4: return fn(Fp8KvTileD128<128, 3, 2, 4>{});
-        case 5: return fn(Fp8KvTileD128<32, 7, 3, 2>{});
-        case 6: return fn(Fp8KvTileD128<128, 2, 3, 2>{});
-        default: break;
-      }
+  if constexpr (kPlain && kHeadDim == 128) {
+    switch (sm80_fp8kv_tile_choice()) {
+      case 1: return fn(Fp8KvTileD128<64, 3, 4, 4>{});
+      case 2: return fn(Fp8KvTileD128<128, 3, 2, 4>{});
+      case 3: return fn(Fp8KvTileD128<256, 1, 3, 8>{});
+      case 4: return fn(Fp8KvTileD128<192, 1, 4, 12>{});
+      case 5: return fn(Fp8KvTileD128<256, 1, 3, 16>{});
+      case 6: return fn(Fp8KvTileD128<128, 2, 3, 4>{});
+      default: break;
     }
   }
 #endif
