@@ -44,13 +44,13 @@ struct ExplainCapture {
 // Names of the registered CUDA kernels ("cuda_*"), in registry order.
 std::vector<std::string> cuda_kernel_names();
 
-// Whether `kernel` declined only because this build compiled no instance of
-// the head dim its message names ("does not run head_dim=D"): a reduced
-// build's FMHA_SM80_INSTANCES / FMHA_SM90_INSTANCES (CMake; the test gets
-// the lists as compile definitions) may leave a head dim out, which the
-// default lists have. With the default lists it is always false, so a
-// refusal of a built head dim still fails the test.
-bool head_dim_not_built(const std::string& kernel, fmha_status status, const std::string& message);
+// Whether a forced kernel declined only because this build compiled fewer
+// instances than the default lists: a reduced FMHA_SM80_INSTANCES /
+// FMHA_SM90_INSTANCES (CMake; FMHA_TEST_REDUCED_INSTANCES), whose refusals
+// say "not instantiated", "does not run dtype" or "does not run head_dim".
+// With the default lists it is always false, so a refusal of a built
+// instance still fails the test.
+bool instance_not_built(fmha_status status, const std::string& message);
 
 // The runner's memory on the current CUDA device; synchronize() waits for
 // `stream` (the stream the handle was given; null = legacy default).

@@ -33,13 +33,16 @@ list(APPEND FMHA_SOURCES
 # with an FP8 K/V cache (either FP8 kind, a run-time branch), instantiated
 # only for the head dims of KV caches in use (64, 128, 256), on its own
 # decode and prefill tiles (Sm80Tuning::NarrowFp8Kv, WideFp8Kv).
-set(FMHA_SM80_INSTANCES
+set(FMHA_SM80_INSTANCES_DEFAULT
   "f16:32;f16:64;f16:96;f16:128;f16:256;bf16:32;bf16:64;bf16:96;bf16:128;bf16:256;f16_f8kv:64;f16_f8kv:128;f16_f8kv:256;bf16_f8kv:64;bf16_f8kv:128;bf16_f8kv:256"
+  CACHE INTERNAL "the default FMHA_SM80_INSTANCES (test_gpu tells reduced builds by it)")
+set(FMHA_SM80_INSTANCES "${FMHA_SM80_INSTANCES_DEFAULT}"
   CACHE STRING "cuda_sm80_tc instantiations, dtype:head_dim pairs (dtype f16, bf16, f16_f8kv or bf16_f8kv)")
 # cuda_sm90_ws also takes e4m3:<head_dim> / e5m2:<head_dim>: q, k and v all
 # FP8 (V transposed), o F16 or BF16, on wgmma FP8 (head dim 128 only).
-set(FMHA_SM90_INSTANCES
-  "f16:64;f16:128;f16:256;bf16:64;bf16:128;bf16:256;e4m3:128"
+set(FMHA_SM90_INSTANCES_DEFAULT "f16:64;f16:128;f16:256;bf16:64;bf16:128;bf16:256;e4m3:128"
+  CACHE INTERNAL "the default FMHA_SM90_INSTANCES")
+set(FMHA_SM90_INSTANCES "${FMHA_SM90_INSTANCES_DEFAULT}"
   CACHE STRING "cuda_sm90_ws instantiations, dtype:head_dim pairs (dtype f16, bf16, e4m3 or e5m2)")
 
 # cuda_sm90_ws's 16-bit kernels (issue 8; docs/performance.md, "Issue 8:
