@@ -1115,126 +1115,98 @@ struct Epilogue {
 };
 
 // ---------------------------------------------------------------------------
-// merge_key_warps (Cfg::kKeyWarps > 1): the key warps of one group of rows
-// each hold o, m, l over their share of every key tile (the same rows and
-// dims in the same fragment places); key warp 0 takes the others' in, each
-// rescaled to the larger max as the split combine does: m = max(m_g),
-// o = sum 2^((m_g - m) c) o_g, l likewise (a state that saw no key, m_g =
-// -inf, weighs 0). l must be finished (full row sums). Through the raw
-// stages (free after the key loop: the caller waited for every copy), one
-// float per lane and value, lane-minor (no bank conflicts). All threads call
-// it (two barriers).
+// Key warps (Cfg::kKeyWarps > 1): the key warps of one group of rows each
+// hold o, m, l over their share of every key tile (the same rows and dims
+// in the same fragment places), merged after the key loop as the split
+// combine merges splits: m = max(m_g), o = sum 2^((m_g - m) c) o_g, l
+// likewise (a state that saw no key, m_g = -inf, weighs 0). l must be
+// finished (full row sums). A state goes through the raw stages (free after
+// the key loop: the caller waited for every copy), one float per lane and
+// value, lane-minor (no bank conflicts): key_warp_store writes one at
+// `out` (buf + slot * kKeyWarpValues * 32 + lane), key_warp_take merges
+// the one at `in` into the caller's.
 // ---------------------------------------------------------------------------
+template <class Cfg>
+constexpr int kKeyWarpValues = Cfg::kMSlices * (4 + 4 * Cfg::kDTiles);  // m, l (2 rows each) and o per slice
+
 template <class Cfg, class Softmax>
-__device__ void merge_key_warps(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Softmax& sm, float c, float* buf,
-                                int key_warp, int lane) {
-  constexpr int kValues = Cfg::kMSlices * (4 + 4 * Cfg::kDTiles);  // m, l (2 rows each) and o per slice
-  __syncthreads();  // every warp is past its last read of the stages
-  if (key_warp > 0) {
-    float* out = buf + (key_warp - 1) * kValues * 32 + lane;
-    int i = 0;
+__device__ __forceinline__ void key_warp_store(const float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], const Softmax& sm,
+                                               float* out) {
+  int i = 0;
 #pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+  for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        out[32 * i++] = sm.m[ms][hh];
-        out[32 * i++] = sm.l[ms][hh];
-      }
-#pragma unroll
-      for (int dt = 0; dt < Cfg::kDTiles; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) out[32 * i++] = o[ms][dt][e];
+    for (int hh = 0; hh < 2; ++hh) {
+      out[32 * i++] = sm.m[ms][hh];
+      out[32 * i++] = sm.l[ms][hh];
     }
-  }
-  __syncthreads();
-  if (key_warp != 0) return;
-#pragma unroll 1
-  for (int g = 1; g < Cfg::kKeyWarps; ++g) {
-    const float* in = buf + (g - 1) * kValues * 32 + lane;
 #pragma unroll
-    for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
-      const int at = ms * (4 + 4 * Cfg::kDTiles);
-      float a[2], b[2];
+    for (int dt = 0; dt < Cfg::kDTiles; ++dt)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float mg = in[32 * (at + 2 * hh)], lg = in[32 * (at + 2 * hh + 1)];
-        const float m = fmaxf(sm.m[ms][hh], mg);
-        a[hh] = sm.m[ms][hh] == kNegInf ? 0.f : exp2f(sm.m[ms][hh] * c - m * c);
-        b[hh] = mg == kNegInf ? 0.f : exp2f(mg * c - m * c);
-        sm.m[ms][hh] = m;
-        sm.l[ms][hh] = a[hh] * sm.l[ms][hh] + b[hh] * lg;
-      }
-#pragma unroll
-      for (int dt = 0; dt < Cfg::kDTiles; ++dt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          o[ms][dt][e] = a[e >> 1] * o[ms][dt][e] + b[e >> 1] * in[32 * (at + 4 + 4 * dt + e)];
-    }
+      for (int e = 0; e < 4; ++e) out[32 * i++] = o[ms][dt][e];
   }
 }
 
-// ---------------------------------------------------------------------------
-// merge_key_warps_tree: merge_key_warps's merge in ceil(log2 kKeyWarps)
-// rounds for the FP8 tiles of many key warps (one CTA per SM: 8 to 16),
-// instead of kKeyWarps - 1 merges one after another in key warp 0 (at 16
-// key warps, 15 x 68 shared loads and the arithmetic on one warp's chain,
-// ~1-2 us of a CTA that streams ~70 us). A round of n states: key warps
-// [h, n), h = ceil(n / 2), store theirs (slot g - h), key warp g < n - h
-// takes in key warp g + h's with merge_key_warps's arithmetic; then n = h,
-// until key warp 0 holds the merged state. The order of the merges is fixed
-// (not timing-dependent). floor(kKeyWarps / 2) states of buffer, two
-// barriers per round, the first round's first also "every warp is past
-// its last read of the stages". All threads call it. A second copy of
-// merge_key_warps's state format and merge (the 16-bit key-warp tiles use
-// that one, on another branch): to be one once both have landed.
-// ---------------------------------------------------------------------------
+template <class Cfg, class Softmax>
+__device__ __forceinline__ void key_warp_take(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Softmax& sm, float c,
+                                              const float* in) {
+#pragma unroll
+  for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
+    const int at = ms * (4 + 4 * Cfg::kDTiles);
+    float a[2], b[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float mg = in[32 * (at + 2 * hh)], lg = in[32 * (at + 2 * hh + 1)];
+      const float m = fmaxf(sm.m[ms][hh], mg);
+      a[hh] = sm.m[ms][hh] == kNegInf ? 0.f : exp2f(sm.m[ms][hh] * c - m * c);
+      b[hh] = mg == kNegInf ? 0.f : exp2f(mg * c - m * c);
+      sm.m[ms][hh] = m;
+      sm.l[ms][hh] = a[hh] * sm.l[ms][hh] + b[hh] * lg;
+    }
+#pragma unroll
+    for (int dt = 0; dt < Cfg::kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        o[ms][dt][e] = a[e >> 1] * o[ms][dt][e] + b[e >> 1] * in[32 * (at + 4 + 4 * dt + e)];
+  }
+}
+
+// merge_key_warps: key warp 0 takes the others' states in, one after
+// another (kKeyWarps - 1 slots of buffer). All threads call it (two
+// barriers).
+template <class Cfg, class Softmax>
+__device__ void merge_key_warps(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Softmax& sm, float c, float* buf,
+                                int key_warp, int lane) {
+  constexpr int kValues = kKeyWarpValues<Cfg>;
+  __syncthreads();  // every warp is past its last read of the stages
+  if (key_warp > 0) key_warp_store<Cfg>(o, sm, buf + (key_warp - 1) * kValues * 32 + lane);
+  __syncthreads();
+  if (key_warp != 0) return;
+#pragma unroll 1
+  for (int g = 1; g < Cfg::kKeyWarps; ++g) key_warp_take<Cfg>(o, sm, c, buf + (g - 1) * kValues * 32 + lane);
+}
+
+// merge_key_warps_tree: the same merge in ceil(log2 kKeyWarps) rounds, for
+// the FP8 tiles of many key warps (one CTA per SM: 8 to 16), instead of
+// kKeyWarps - 1 merges one after another in key warp 0 (at 16 key warps, 15
+// x 68 shared loads and the arithmetic on one warp's chain, ~1-2 us of a CTA
+// that streams ~70 us). A round of n states: key warps [h, n), h = ceil(n /
+// 2), store theirs (slot g - h), key warp g < n - h takes in key warp g +
+// h's; then n = h, until key warp 0 holds the merged state. The order of the
+// merges is fixed (not timing-dependent). floor(kKeyWarps / 2) slots of
+// buffer, two barriers per round, the first round's first also "every warp
+// is past its last read of the stages". All threads call it.
 template <class Cfg, class Softmax>
 __device__ void merge_key_warps_tree(float (&o)[Cfg::kMSlices][Cfg::kDTiles][4], Softmax& sm, float c, float* buf,
                                      int key_warp, int lane) {
-  constexpr int kValues = Cfg::kMSlices * (4 + 4 * Cfg::kDTiles);  // m, l (2 rows each) and o per slice
+  constexpr int kValues = kKeyWarpValues<Cfg>;
 #pragma unroll 1
   for (int n = Cfg::kKeyWarps; n > 1; n = (n + 1) / 2) {
     const int h = (n + 1) / 2;
     __syncthreads();  // the stages' (first round) or the last round's slots' readers are done
-    if (key_warp >= h && key_warp < n) {
-      float* out = buf + (key_warp - h) * kValues * 32 + lane;
-      int i = 0;
-#pragma unroll
-      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          out[32 * i++] = sm.m[ms][hh];
-          out[32 * i++] = sm.l[ms][hh];
-        }
-#pragma unroll
-        for (int dt = 0; dt < Cfg::kDTiles; ++dt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) out[32 * i++] = o[ms][dt][e];
-      }
-    }
+    if (key_warp >= h && key_warp < n) key_warp_store<Cfg>(o, sm, buf + (key_warp - h) * kValues * 32 + lane);
     __syncthreads();
-    if (key_warp < n - h) {
-      const float* in = buf + key_warp * kValues * 32 + lane;
-#pragma unroll
-      for (int ms = 0; ms < Cfg::kMSlices; ++ms) {
-        const int at = ms * (4 + 4 * Cfg::kDTiles);
-        float a[2], b[2];
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const float mg = in[32 * (at + 2 * hh)], lg = in[32 * (at + 2 * hh + 1)];
-          const float m = fmaxf(sm.m[ms][hh], mg);
-          a[hh] = sm.m[ms][hh] == kNegInf ? 0.f : exp2f(sm.m[ms][hh] * c - m * c);
-          b[hh] = mg == kNegInf ? 0.f : exp2f(mg * c - m * c);
-          sm.m[ms][hh] = m;
-          sm.l[ms][hh] = a[hh] * sm.l[ms][hh] + b[hh] * lg;
-        }
-#pragma unroll
-        for (int dt = 0; dt < Cfg::kDTiles; ++dt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            o[ms][dt][e] = a[e >> 1] * o[ms][dt][e] + b[e >> 1] * in[32 * (at + 4 + 4 * dt + e)];
-      }
-    }
+    if (key_warp < n - h) key_warp_take<Cfg>(o, sm, c, buf + key_warp * kValues * 32 + lane);
   }
 }
 
