@@ -1351,6 +1351,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   // copies (own keys) start copy0 rows in.
   [[maybe_unused]] const uint32_t key_off = static_cast<uint32_t>(key0 * Cfg::kPitch * 2);
   [[maybe_unused]] const uint32_t kv_copy_off = static_cast<uint32_t>(copy0 * Cfg::kPitch * 2);
+  // The barrier of a tile's copiers (own keys: the warp, whose copies are
+  // the only ones it reads; else the CTA), and their vote on top of it.
+  auto copiers_sync = [] {
+    if constexpr (kOwnKeys) __syncwarp();
+    else __syncthreads();
+  };
+  auto copiers_any = [](bool x) -> bool {
+    if constexpr (kOwnKeys) {
+      __syncwarp();  // the warp's copies, to every lane
+      return __any_sync(0xffffffffu, x);
+    } else {
+      return __syncthreads_or(x) != 0;
+    }
+  };
   constexpr int kRawStages = Fp8StagesOf<Cfg, kFp8Kv>::value;
   constexpr uint32_t kRawBytes = Fp8StagesOf<Cfg, kFp8Kv>::bytes;
   constexpr uint32_t rawK = Cfg::kSmemQ;
@@ -1639,13 +1653,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
     // Tile t-1's stage, free after barrier 1: tile t + S - 1 goes there.
     [[maybe_unused]] const uint32_t ahead_stage = static_cast<uint32_t>(stage_i == 0 ? kS - 1 : stage_i - 1) *
                                                   Cfg::kSmemKV;
-    [[maybe_unused]] bool v_bad = false;
     float s[Cfg::kMSlices][Cfg::kNTiles][4];
     if constexpr (kFp8Kv) {
       cp_async_wait<2 * kRawStages - 3>();  // K[t] landed (this thread's part) ...
-      // ... every copier's; and they are all done with tile t-1's stage
-      if constexpr (kOwnKeys) __syncwarp();
-      else __syncthreads();
+      copiers_sync();  // ... every copier's; and they are all done with tile t-1's stage
       const int ahead = t + kRawStages - 1;
       const int free_stage = raw_stage == 0 ? kRawStages - 1 : raw_stage - 1;  // tile t-1's
       fp8_issue(free_stage, ahead);
@@ -1668,10 +1679,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
                                                             p.scale, row0, t * Cfg::kBlockN, lane);
         cp_async_wait<2 * kS - 3>();  // K[t] landed (this thread's part) ...
       }
-      // ... every copier's (own keys: the warp's, the only ones it reads); and
-      // they are all done with tile t-1's stage
-      if constexpr (kOwnKeys) __syncwarp();
-      else __syncthreads();
+      copiers_sync();  // ... every copier's; and they are all done with tile t-1's stage
       const int ahead = t + kS - 1;
       const int n_ahead = ahead * Cfg::kBlockN;
       // Paged: the entries of t + 2S - 2 into the slot of t (read when
@@ -1749,13 +1757,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       // The barrier publishes V[t] and votes NonFiniteV (edge tiles only).
       const int n0 = t * Cfg::kBlockN;
       const bool check = kGuardNonFiniteV && (n0 < w.lo_max || n0 + Cfg::kBlockN > w.hi_min);
-      v_bad = check && Fp8Tile::non_finite(smem + rawV + raw_stage * kRawBytes + copy_off, copier, e4m3);
-      if constexpr (kOwnKeys) {
-        __syncwarp();  // the warp's copies of V[t], to every lane
-        guard = __any_sync(0xffffffffu, v_bad);
-      } else {
-        guard = __syncthreads_or(v_bad) != 0;
-      }
+      const bool v_bad = check && Fp8Tile::non_finite(smem + rawV + raw_stage * kRawBytes + copy_off, copier, e4m3);
+      guard = copiers_any(v_bad);
     } else {
       if (staged)
         cp_async_wait<3>();  // V[t] landed (this thread's part; B[t+1] may not have)
@@ -1768,12 +1771,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
       const bool bad = kGuardNonFiniteV && (edge || (kAllOps && p.bias != nullptr)) &&
                        NonFiniteV<T>::template in_own_chunks<Cfg, KVLoader>(smem + (sV + stage + kv_copy_off - sQ),
                                                                             copier);
-      if constexpr (kOwnKeys) {
-        __syncwarp();  // the warp's copies of V[t], to every lane
-        guard = __any_sync(0xffffffffu, bad);
-      } else {
-        guard = __syncthreads_or(bad) != 0;
-      }
+      guard = copiers_any(bad);
     }
     if (computes) {
       if constexpr (kFp8Kv) {
@@ -1802,9 +1800,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocksPerSm)
   if constexpr (kFp8Kv) WarpPVFp8<T, Cfg>::unpermute_o(o, lane);  // WarpPV's dim order for the epilogue
   sm.finish();
   if constexpr (Cfg::kKeyWarps > 1) {  // the key warps' states into key warp 0's
-    static_assert(Cfg::kSmemQ + (Cfg::kKeyWarps - 1) * Cfg::kMSlices * (4 + 4 * Cfg::kDTiles) * 32 * 4 <=
-                      Cfg::kSmemBytes,
-                  "the key warps' states fit the raw stages");
+    static_assert(Cfg::kSmemQ + (Cfg::kKeyWarps - 1) * kKeyWarpValues<Cfg> * 32 * 4 <= Cfg::kSmemBytes,
+                  "the key warps' states fit the K/V stages");
     // FP8 tiles of more than 4 key warps merge in rounds (merge_key_warps_tree).
     if constexpr (kFp8Kv && Cfg::kKeyWarps > 4)
       merge_key_warps_tree<Cfg>(o, sm, score_log2, reinterpret_cast<float*>(smem + Cfg::kSmemQ), key_warp, lane);

@@ -73,29 +73,39 @@ struct TileConfig {
   static_assert(kHeadDim % 16 == 0, "whole k16 steps of Q K^T and n8 pairs of P V");
 };
 
+// Key warps (kKeyWarps > 1; Fp8KvTileConfig, KeyWarpTileConfig): kKeyWarps
+// warps share a tile's one group of rows and split every key tile, warp g
+// taking keys [g kKeysPerWarp, (g + 1) kKeysPerWarp) of it, each with its
+// own running max / sum and O (kNTiles is then a warp's share), merged
+// through shared memory after the key loop (fwd_kernel.cuh:
+// merge_key_warps). kOwnKeys: each key warp also copies its own share of
+// every K and V tile.
+template <class Base, int kKeyWarps_, bool kOwnKeys_>
+struct WithKeyWarps : Base {
+  static constexpr int kKeyWarps = kKeyWarps_;
+  static constexpr bool kOwnKeys = kOwnKeys_ && kKeyWarps > 1;
+  static constexpr int kThreads = Base::kWarps * kKeyWarps * 32;
+  static constexpr int kKeysPerWarp = Base::kBlockN / kKeyWarps;
+  static constexpr int kNTiles = kKeysPerWarp / 8;  // n8 tiles of S per slice and warp
+  static_assert(kKeyWarps == 1 || Base::kWarps == 1, "key warps split the tile of a one-warp row group");
+  static_assert(kKeysPerWarp % 16 == 0, "each key warp takes whole k16 steps of P V");
+};
+
 // A tile of an FP8 KV cache (the kFp8Kv instantiations): K and V stay FP8
 // in shared memory, kRawStages raw stages of kBlockN x kHeadDim bytes each
 // (half a 16-bit stage, so more of them fit), converted in registers after
 // each fragment load (fwd_kernel.cuh: WarpQKFp8, WarpPVFp8). Only the Q
 // tile is 16-bit.
 //
-// kKeyWarps > 1 (the tuned decode tiles: 2): kKeyWarps warps share each
-// group of rows and split every key tile, warp
-// g taking keys [g kKeysPerWarp, (g + 1) kKeysPerWarp) of it, each with its
-// own running max / sum and O (kNTiles is then a warp's share), merged
-// through shared memory after the key loop (fwd_kernel.cuh: merge_key_warps).
-// Each key warp also copies its own keys of every tile and waits for its
-// own copies only (fwd_kernel.cuh: kOwnKeys), so the CTA holds several
-// independent streams with no barrier in the key loop.
+// kKeyWarps > 1 (the tuned decode tiles: 2): key warps (WithKeyWarps),
+// each copying its own keys of every tile and waiting for its own copies
+// only (fwd_kernel.cuh: kOwnKeys), so the CTA holds several independent
+// streams with no barrier in the key loop.
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kMinBlocksPerSm_, int kRawStages_,
           int kKeyWarps_ = 1>
-struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_> {
+struct Fp8KvTileConfig
+    : WithKeyWarps<TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_>, kKeyWarps_, true> {
   using Base = TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMinBlocksPerSm_>;
-  static constexpr int kKeyWarps = kKeyWarps_;
-  static constexpr bool kOwnKeys = kKeyWarps > 1;
-  static constexpr int kThreads = kWarps_ * kKeyWarps * 32;
-  static constexpr int kKeysPerWarp = kBlockN_ / kKeyWarps;
-  static constexpr int kNTiles = kKeysPerWarp / 8;  // n8 tiles of S per slice and warp
   static constexpr int kRawStages = kRawStages_;
   static constexpr int kSmemRaw = kBlockN_ * kHeadDim_;  // bytes of one raw K or V stage
   static constexpr int kSmemBytes = Base::kSmemQ + 2 * kRawStages * kSmemRaw;
@@ -106,37 +116,22 @@ struct Fp8KvTileConfig : TileConfig<kHeadDim_, kBlockM_, kBlockN_, kWarps_, kMin
   __host__ __device__ static constexpr int smem_bytes(bool, bool) { return kSmemBytes; }
 
   static_assert(kRawStages >= 2, "a raw stage in flight while one is read");
-  static_assert(kKeyWarps == 1 || kWarps_ == 1, "key warps split the tile of a one-warp row group");
-  static_assert(kKeysPerWarp % 16 == 0, "each key warp takes whole k16 steps of P V");
   static_assert(kHeadDim_ % 32 == 0, "whole 32-byte (k32) blocks of an FP8 key row");
 };
 
-// A 16-bit decode tile of kKeyWarps warps over one group of 16 rows, each
-// warp taking keys [g kKeysPerWarp, (g + 1) kKeysPerWarp) of every key tile
-// with its own running max / sum and O, merged after the key loop
-// (fwd_kernel.cuh: merge_key_warps). kOwnKeys (the default): each key warp
-// also copies its own share of every K and V tile (and, paged, stages its
-// share's block-table entries) and waits for its own copies only, with
-// warp barriers (the FP8 tiles' streams); else the CTA copies each tile and
-// keeps the 16-bit tiles' barrier pair (SharedKeyCopies: the tile measured
-// first). With one CTA per SM a B=16 GQA 32/8 decode (128 units) fills the
+// A 16-bit decode tile of kKeyWarps key warps (WithKeyWarps) over one
+// group of 16 rows. kOwnKeys (the default): each key warp also copies its
+// own share of every K and V tile (and, paged, stages its share's
+// block-table entries) and waits for its own copies only, with warp
+// barriers (the FP8 tiles' streams); else the CTA copies each tile and
+// keeps the 16-bit tiles' barrier pair (the tile measured first,
+// 128.1.3.4c). With one CTA per SM a B=16 GQA 32/8 decode (128 units) fills the
 // H200 unsplit, as cuDNN's decode kernel does, instead of 4 splits of
 // one-warp CTAs and a combine (docs/performance.md, "Where a decode call's
 // time goes", "Session 2026-12-02").
 template <int kHeadDim_, int kBlockN_, int kMinBlocksPerSm_, int kStages_, int kKeyWarps_, bool kOwnKeys_ = true>
-struct KeyWarpTileConfig : TileConfig<kHeadDim_, 16, kBlockN_, 1, kMinBlocksPerSm_, kStages_> {
-  static constexpr int kKeyWarps = kKeyWarps_;
-  static constexpr int kThreads = kKeyWarps * 32;
-  static constexpr int kKeysPerWarp = kBlockN_ / kKeyWarps;
-  static constexpr int kNTiles = kKeysPerWarp / 8;  // n8 tiles of S per warp: its share
-  static constexpr bool kOwnKeys = kOwnKeys_ && kKeyWarps > 1;
-  static_assert(kKeysPerWarp % 16 == 0, "each key warp takes whole k16 steps of P V");
-  // The merge of the key warps' states goes through the K/V stages.
-  static_assert(TileConfig<kHeadDim_, 16, kBlockN_, 1, kMinBlocksPerSm_, kStages_>::kSmemQ +
-                        (kKeyWarps - 1) * (4 + 4 * kHeadDim_ / 8) * 32 * 4 <=
-                    TileConfig<kHeadDim_, 16, kBlockN_, 1, kMinBlocksPerSm_, kStages_>::kSmemBytes,
-                "the key warps' states fit the K/V stages");
-};
+struct KeyWarpTileConfig
+    : WithKeyWarps<TileConfig<kHeadDim_, 16, kBlockN_, 1, kMinBlocksPerSm_, kStages_>, kKeyWarps_, kOwnKeys_> {};
 
 // Per head dim, for sm_80 and newer (one build serves sm_80 and sm_90; the
 // numbers are from the lent H200, sm_90, 132 SMs, 228 KB shared memory per
