@@ -165,6 +165,52 @@ void check_all_kernels(const HashedProblem& hp, const char* label, int random_ro
   }
 }
 
+
+// fmha.h's NaN rule on one kernel: `hp` run clean, then with V of key `key`
+// NaN (HashedBuffers::poison_keys), and every output row compared: a row
+// that does not see the key (sees(row) false; rows in o's order, [B, Hq,
+// Nq]) must come out as without the NaN, finite and within 2e-2, one that
+// does must be NaN in every column; lse never changes (V is not in it).
+// ran false: the kernel declined the problem.
+struct NanRuleCounts {
+  bool ran = false;
+  int64_t leaked = 0, missed = 0, drift = 0, lse_changed = 0, seen = 0;
+};
+template <class Sees>
+NanRuleCounts nan_rule_counts(fmha_handle h, const HashedProblem& hp, const std::string& name, int32_t splits,
+                              int64_t key, Sees&& sees) {
+  NanRuleCounts n;
+  HashedBuffers buf(hp, true);
+  REQUIRE(buf.ok());
+  std::vector<unsigned char> o_clean, o_nan;
+  std::vector<float> lse_clean, lse_nan;
+  std::string msg;
+  fmha_status s = buf.run(h, name.c_str(), splits, &o_clean, &lse_clean, &msg);
+  if (s == FMHA_ERROR_UNSUPPORTED) return n;
+  REQUIRE_MESSAGE(s == FMHA_SUCCESS, name << ": " << msg);
+  buf.poison_keys(key, key + 1, /*v_only=*/true);
+  s = buf.run(h, name.c_str(), splits, &o_nan, &lse_nan, &msg);
+  REQUIRE_MESSAGE(s == FMHA_SUCCESS, name << ": " << msg);
+  n.ran = true;
+  const int64_t rows = hp.batch * hp.heads_q * hp.seq_q, d = hp.head_dim;
+  for (int64_t row = 0; row < rows; ++row) {
+    const bool seen = sees(row);
+    n.seen += seen;
+    for (int64_t c = 0; c < d; ++c) {
+      const float clean = fmha_test::load_element(o_clean.data(), hp.dtype, row * d + c);
+      const float got = fmha_test::load_element(o_nan.data(), hp.dtype, row * d + c);
+      if (!seen) {
+        if (!std::isfinite(got)) ++n.leaked;
+        else if (std::fabs(got - clean) > 2e-2f * (1.f + std::fabs(clean))) ++n.drift;
+      } else if (!std::isnan(got)) {
+        ++n.missed;
+      }
+    }
+    if (!(std::fabs(lse_nan[row] - lse_clean[row]) <= 1e-3f)) ++n.lse_changed;
+  }
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("N = 32768, causal, GQA") {
@@ -297,43 +343,18 @@ TEST_CASE("a NaN in V reaches exactly the rows that see its key (fmha.h's NaN ru
       constexpr int64_t kKey = 200;
       for (const std::string& name : fmha_gpu_test::cuda_kernel_names())
         for (int32_t splits : {0, 4}) {
-          HashedBuffers buf(hp, true);
-          REQUIRE(buf.ok());
-          std::vector<unsigned char> o_clean, o_nan;
-          std::vector<float> lse_clean, lse_nan;
-          std::string msg;
-          fmha_status s = buf.run(h.get(), name.c_str(), splits, &o_clean, &lse_clean, &msg);
-          if (s == FMHA_ERROR_UNSUPPORTED) continue;
-          REQUIRE_MESSAGE(s == FMHA_SUCCESS, name << ": " << msg);
-          buf.poison_keys(kKey, kKey + 1, /*v_only=*/true);
-          s = buf.run(h.get(), name.c_str(), splits, &o_nan, &lse_nan, &msg);
-          REQUIRE_MESSAGE(s == FMHA_SUCCESS, name << ": " << msg);
-          int64_t leaked = 0, missed = 0, drift = 0, lse_changed = 0;
-          for (int64_t hd = 0; hd < hp.heads_q; ++hd)
-            for (int64_t i = 0; i < hp.seq_q; ++i) {
-              for (int64_t c = 0; c < d; ++c) {
-                const int64_t e = (hd * hp.seq_q + i) * d + c;
-                const float clean = fmha_test::load_element(o_clean.data(), dt, e);
-                const float got = fmha_test::load_element(o_nan.data(), dt, e);
-                if (i < kKey) {
-                  if (!std::isfinite(got)) ++leaked;
-                  else if (std::fabs(got - clean) > 2e-2f * (1.f + std::fabs(clean))) ++drift;
-                } else if (!std::isnan(got)) {
-                  ++missed;
-                }
-              }
-              // V never enters lse: every row keeps its clean value.
-              const float l = lse_nan[hd * hp.seq_q + i];
-              if (!(std::fabs(l - lse_clean[hd * hp.seq_q + i]) <= 1e-3f)) ++lse_changed;
-            }
+          // Row r is query r % Nq of head r / Nq (B = 1).
+          const NanRuleCounts n =
+              nan_rule_counts(h.get(), hp, name, splits, kKey, [&](int64_t row) { return row % hp.seq_q >= kKey; });
+          if (!n.ran) continue;
           CAPTURE(name);
           CAPTURE(splits);
           CAPTURE(d);
           CAPTURE(static_cast<int>(dt));
-          CHECK(leaked == 0);
-          CHECK(lse_changed == 0);
-          CHECK(missed == 0);
-          CHECK(drift == 0);
+          CHECK(n.leaked == 0);
+          CHECK(n.lse_changed == 0);
+          CHECK(n.missed == 0);
+          CHECK(n.drift == 0);
         }
     }
 }
@@ -367,48 +388,23 @@ TEST_CASE("a NaN in V reaches exactly the rows that see its key: decode over key
       for (int64_t key : {660, 697, 720})
         for (const std::string& name : fmha_gpu_test::cuda_kernel_names())
           for (int32_t splits : {0, 3, 7}) {
-            HashedBuffers buf(hp, true);
-            REQUIRE(buf.ok());
-            std::vector<unsigned char> o_clean, o_nan;
-            std::vector<float> lse_clean, lse_nan;
-            std::string msg;
-            fmha_status s = buf.run(h.get(), name.c_str(), splits, &o_clean, &lse_clean, &msg);
-            if (s == FMHA_ERROR_UNSUPPORTED) continue;
-            REQUIRE_MESSAGE(s == FMHA_SUCCESS, name << ": " << msg);
-            buf.poison_keys(key, key + 1, /*v_only=*/true);
-            s = buf.run(h.get(), name.c_str(), splits, &o_nan, &lse_nan, &msg);
-            REQUIRE_MESSAGE(s == FMHA_SUCCESS, name << ": " << msg);
-            int64_t leaked = 0, missed = 0, drift = 0, lse_changed = 0, seen = 0;
-            for (int64_t b = 0; b < hp.batch; ++b)
-              for (int64_t hd = 0; hd < hp.heads_q; ++hd)
-                for (int64_t i = 0; i < nq; ++i) {
-                  const int64_t diag = i + kNk - nq;
-                  const bool sees = key >= diag - kWindow && key <= diag;
-                  seen += sees;
-                  const int64_t row = (b * hp.heads_q + hd) * nq + i;
-                  for (int64_t c = 0; c < kD; ++c) {
-                    const float clean = fmha_test::load_element(o_clean.data(), dt, row * kD + c);
-                    const float got = fmha_test::load_element(o_nan.data(), dt, row * kD + c);
-                    if (!sees) {
-                      if (!std::isfinite(got)) ++leaked;
-                      else if (std::fabs(got - clean) > 2e-2f * (1.f + std::fabs(clean))) ++drift;
-                    } else if (!std::isnan(got)) {
-                      ++missed;
-                    }
-                  }
-                  if (!(std::fabs(lse_nan[row] - lse_clean[row]) <= 1e-3f)) ++lse_changed;
-                }
+            // Row r is query i = r % Nq, diagonal d(i) = i + Nk - Nq.
+            const NanRuleCounts n = nan_rule_counts(h.get(), hp, name, splits, key, [&](int64_t row) {
+              const int64_t diag = row % nq + kNk - nq;
+              return key >= diag - kWindow && key <= diag;
+            });
+            if (!n.ran) continue;
             CAPTURE(name);
             CAPTURE(splits);
             CAPTURE(nq);
             CAPTURE(key);
             CAPTURE(static_cast<int>(dt));
             const int64_t rows_seeing = key == 660 ? 0 : key == 720 ? nq : nq > 1 ? 2 : 0;  // of Nq, per head
-            CHECK(seen == hp.batch * hp.heads_q * rows_seeing);
-            CHECK(leaked == 0);
-            CHECK(lse_changed == 0);
-            CHECK(missed == 0);
-            CHECK(drift == 0);
+            CHECK(n.seen == hp.batch * hp.heads_q * rows_seeing);
+            CHECK(n.leaked == 0);
+            CHECK(n.lse_changed == 0);
+            CHECK(n.missed == 0);
+            CHECK(n.drift == 0);
           }
     }
 }
