@@ -393,6 +393,43 @@ TEST_CASE("serving: key-warp decode tile: key counts off its tiles, splits, soft
   run_group("key-warp decode tile", cases, {0, 1, 3, 7, 16});
 }
 
+TEST_CASE("serving: paged decode tiles per grid: a many-unit batch (NarrowPagedBatch) and split runs (NarrowPagedSplit)") {
+  // cuda_sm80_tc's plain paged decode kernel picks its D=128 tile by the
+  // grid (sm80_forward.cu: paged_decode16_choice): 40 sequences x 8 KV
+  // heads = 320 units, more than the key-warp tile's one slot per SM on any
+  // GPU of up to 320 SMs, take the 64-key, 2-CTA tile of 4 key warps of 16
+  // keys; the forced splits of a few units the 128-key tile of 8 key warps
+  // of 16 (its keys end inside a warp's share at 1000, 33, 4097). Lengths 0
+  // .. 2600 with empties, pages of 1, 16, 24 (no run), 64 and 256, both
+  // storages, one and three query rows per sequence (causal), a window.
+  std::vector<ServingCase> cases;
+  int n = 0;
+  for (int64_t ps : {1, 16, 24, 64, 256}) {
+    ServingCase c = base(n % 2 ? FMHA_DTYPE_F16 : FMHA_DTYPE_BF16, 32, 8, 128);
+    shuffled_pages(&c, ps, n);
+    c.len_k.clear();
+    for (int s = 0; s < 40; ++s) c.len_k.push_back(s % 9 == 4 ? 0 : (s * 977 + ps * 13) % 2600 + (s % 5 == 0));
+    const int64_t nq = n % 2 ? 3 : 1;
+    c.len_q = std::vector<int64_t>(c.len_k.size(), nq);
+    c.q_layout = n % 3 == 0 ? QLayout::kRagged : QLayout::kDense;
+    c.mask_flags = n % 2 ? FMHA_MASK_CAUSAL : FMHA_MASK_NONE;
+    if (n == 3) c.window_left = 500;
+    cases.push_back(c);
+    ++n;
+  }
+  for (int64_t ps : {16, 64}) {  // few units, long keys: the split tile
+    ServingCase c = base(ps == 16 ? FMHA_DTYPE_BF16 : FMHA_DTYPE_F16, 32, 8, 128);
+    shuffled_pages(&c, ps, n);
+    c.len_k = {4097, 1000, 33, 0};
+    c.len_q = std::vector<int64_t>(c.len_k.size(), 1);
+    c.q_layout = QLayout::kDense;
+    c.mask_flags = FMHA_MASK_NONE;
+    cases.push_back(c);
+    ++n;
+  }
+  run_group("paged decode tiles per grid", cases, {0, 1, 3, 16});
+}
+
 // The case of the paged decode pipeline group that did not return within
 // 20 s on the H200 (issue9-paged2's checkpoint, main's cuda_sm90_ws of
 // ce188cf, forced; 27 assertions in): softcap 10 over token-major pages
@@ -551,7 +588,21 @@ TEST_CASE("serving: explain names cuda_sm80_tc's decode tile and its splits, pag
   CHECK(dense.find(std::string("plan: decode tile NarrowStream: ") + kKeyWarpTile) != std::string::npos);
   // The softcap kernel runs the same tiles; a requested split count is kept.
   CHECK(plan_of(16, 8192, 0, 30.f).find("plan: decode tile NarrowPaged: ") != std::string::npos);
-  CHECK(plan_of(16, 8192, 3, 0.f).find(" 3 key splits, 384 CTAs") != std::string::npos);
+  const std::string forced = plan_of(16, 8192, 3, 0.f);
+  INFO(forced);
+  CHECK(forced.find(" 3 key splits, 384 CTAs") != std::string::npos);
+  // The plain paged kernel's tile per grid (sm80_forward.cu:
+  // paged_decode16_choice): split runs take NarrowPagedSplit (8 key warps),
+  // more units than the key-warp tile's one slot per SM NarrowPagedBatch
+  // (2 CTAs per SM); the softcap kernel and contiguous K/V keep theirs.
+  CHECK(forced.find("plan: decode tile NarrowPagedSplit: 16 rows x 128 keys (8 key warps of 16), 3 stages, "
+                    "1 CTAs per SM") != std::string::npos);
+  const std::string b64 = plan_of(64, 4096, 0, 0.f);
+  INFO(b64);
+  CHECK(b64.find("plan: decode tile NarrowPagedBatch: 16 rows x 64 keys (4 key warps of 16), 3 stages, 2 CTAs per SM") !=
+        std::string::npos);
+  CHECK(plan_of(64, 4096, 0, 30.f).find("plan: decode tile NarrowPaged: ") != std::string::npos);
+  CHECK(plan_of(64, 4096, 0, 0.f, false).find("plan: decode tile NarrowStream: ") != std::string::npos);
   // The split counts depend on the SM count; these hold on the H100 / H200's 132.
   if (prop.multiProcessorCount != 132) {
     MESSAGE("device of " << prop.multiProcessorCount << " SMs: the split counts are not checked");
@@ -566,5 +617,6 @@ TEST_CASE("serving: explain names cuda_sm80_tc's decode tile and its splits, pag
   const std::string b1 = plan_of(1, 131072, 0, 0.f);
   INFO(b1);
   CHECK(b1.find(" 16 key splits, 128 CTAs on 132 SMs") != std::string::npos);
+  CHECK(b1.find("plan: decode tile NarrowPagedSplit: ") != std::string::npos);
   CHECK(plan_of(1, 131072, 0, 0.f, false).find(" 16 key splits, 128 CTAs on 132 SMs") != std::string::npos);
 }

@@ -37,10 +37,19 @@ struct Shape {
 };
 
 // score_ops: the kAll kernels take the bias buffers too (tile_config.h).
+// An FP8 K/V tile's stages are its raw FP8 stages (kRawStages).
+template <class Cfg, class = void>
+struct StagesOf {
+  static constexpr int value = Cfg::kStages;
+};
+template <class Cfg>
+struct StagesOf<Cfg, std::void_t<decltype(Cfg::kRawStages)>> {
+  static constexpr int value = Cfg::kRawStages;
+};
 template <class Cfg>
 constexpr Shape shape_of(bool score_ops, const char* name) {  // the most any layout takes
-  return {Cfg::kBlockM,       Cfg::kBlockN, Cfg::smem_bytes(true, score_ops), Cfg::kMinBlocksPerSm,
-          Cfg::kStages,       Cfg::kKeyWarps, name};
+  return {Cfg::kBlockM,           Cfg::kBlockN,  Cfg::smem_bytes(true, score_ops), Cfg::kMinBlocksPerSm,
+          StagesOf<Cfg>::value,   Cfg::kKeyWarps, name};
 }
 
 // The name of a 16-bit decode tile: its tuning entry, or an experiments
@@ -49,6 +58,8 @@ template <int kHeadDim, class Tile>
 const char* decode16_name(bool paged) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
   if (paged && std::is_same<Tile, typename Tuning::NarrowPaged>::value) return "NarrowPaged";
+  if (paged && std::is_same<Tile, typename Tuning::NarrowPagedSplit>::value) return "NarrowPagedSplit";
+  if (paged && std::is_same<Tile, typename Tuning::NarrowPagedBatch>::value) return "NarrowPagedBatch";
   if (!paged && std::is_same<Tile, typename Tuning::NarrowStream>::value) return "NarrowStream";
   if (std::is_same<Tile, typename Tuning::NarrowCompact>::value) return "NarrowCompact";
 #if FMHA_SM80_DECODE_EXPERIMENTS
@@ -63,18 +74,21 @@ const char* decode16_name(bool paged) {
 // sm80::with_decode16_tile; the FP8 K/V decode tile,
 // sm80::with_fp8kv_decode_tile). ops: the launch's (launch_ops).
 template <int kHeadDim>
-Shape shape_for(bool narrow, bool fp8_kv, ScoreOps ops, bool paged, sm80::Decode16Choice choice) {
+Shape shape_for(bool narrow, bool fp8_kv, ScoreOps ops, bool paged, sm80::Decode16Choice choice,
+                sm80::Fp8KvChoice fp8_choice) {
   using Tuning = sm80::Sm80Tuning<kHeadDim>;
   const bool score_ops = ops == ScoreOps::kAll && !fp8_kv;  // the FP8 K/V kernels stage no bias
   if (fp8_kv && !narrow) return shape_of<typename Tuning::WideFp8Kv>(score_ops, "WideFp8Kv");
   if (fp8_kv) {
     auto fp8_shape = [](auto tile) {
-      return shape_of<decltype(tile)>(false, std::is_same<decltype(tile), sm80::Fp8KvDecodeTile<kHeadDim>>::value
-                                                 ? "NarrowFp8Kv"
-                                                 : "an experiment's FP8 decode tile (FMHA_SM80_FP8KV_TILE)");
+      using Tile = decltype(tile);
+      return shape_of<Tile>(false, std::is_same<Tile, sm80::Fp8KvDecodeTile<kHeadDim>>::value ? "NarrowFp8Kv"
+                                   : std::is_same<Tile, typename Tuning::NarrowFp8KvOneCta>::value
+                                       ? "NarrowFp8KvOneCta"
+                                       : "an experiment's FP8 decode tile (FMHA_SM80_FP8KV_TILE)");
     };
-    return ops == ScoreOps::kNone ? sm80::with_fp8kv_decode_tile<kHeadDim, true>(fp8_shape)
-                                  : sm80::with_fp8kv_decode_tile<kHeadDim, false>(fp8_shape);
+    return ops == ScoreOps::kNone ? sm80::with_fp8kv_decode_tile<kHeadDim, true>(fp8_choice, fp8_shape)
+                                  : sm80::with_fp8kv_decode_tile<kHeadDim, false>(fp8_choice, fp8_shape);
   }
   if (!narrow) return shape_of<typename Tuning::Wide>(score_ops, "Wide");
   if (score_ops) return shape_of<sm80::Decode16Tile<kHeadDim, false, true>>(true, "Narrow");
@@ -171,6 +185,7 @@ struct Plan {
   Shape shape;
   bool narrow = false;
   sm80::Decode16Choice decode16 = sm80::Decode16Choice::kDefault;
+  sm80::Fp8KvChoice fp8kv = sm80::Fp8KvChoice::kDefault;
   FwdGrid grid;
 };
 
@@ -209,6 +224,18 @@ sm80::Decode16Choice decode16_choice(const Problem& p, const DeviceInfo& dev) {
                                                              : sm80::Decode16Choice::kDefault;
 }
 
+// The plain paged kernel's 16-bit decode tile for the grid `g` that
+// NarrowPaged (`shape`) would run (tile_config.h: NarrowPagedSplit,
+// NarrowPagedBatch): more units than its slots (a multi-wave batch) take
+// NarrowPagedBatch, fewer units split over their keys NarrowPagedSplit, a
+// grid it fills unsplit in one wave keeps it. The split count of `g` is the
+// caller's when it forced one.
+sm80::Decode16Choice paged_decode16_choice(const FwdGrid& g, const Shape& shape, const DeviceInfo& dev) {
+  const int64_t unsplit = g.blocks() / g.splits;
+  if (unsplit >= static_cast<int64_t>(dev.num_sms) * shape.blocks_per_sm) return sm80::Decode16Choice::kPagedBatch;
+  return g.splits > 1 ? sm80::Decode16Choice::kPagedSplit : sm80::Decode16Choice::kDefault;
+}
+
 // Whether the split combine is launched as a programmatic dependent of the
 // forward on sm_90 (split_combine.h): yes, unless the environment variable
 // FMHA_COMBINE_PDL is 0 (read once; an A/B switch of measurements).
@@ -226,11 +253,27 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const ScoreOps ops = launch_ops(p);
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
     constexpr int kD = decltype(head_dim)::value;
+    // The plain FP8 decode kernel: NarrowFp8KvOneCta when the unsplit grid
+    // fits one CTA per SM (tile_config.h).
+    if (plan.narrow && fp8_kv && ops == ScoreOps::kNone &&
+        fwd_grid(p, pack, sm80::Fp8KvDecodeTile<kD>::kBlockM).blocks() <= static_cast<int64_t>(dev.num_sms))
+      plan.fp8kv = sm80::Fp8KvChoice::kOneCta;
     if (plan.narrow && !fp8_kv && ops != ScoreOps::kAll) plan.decode16 = decode16_choice<kD>(p, dev);
-    plan.shape = shape_for<kD>(plan.narrow, fp8_kv, ops, p.layout.paged(), plan.decode16);
+    plan.shape = shape_for<kD>(plan.narrow, fp8_kv, ops, p.layout.paged(), plan.decode16, plan.fp8kv);
   });
   if (!instantiated) return plan;
   plan.grid = grid_for(p, dev, pack, plan.narrow, plan.shape);
+  if (plan.narrow && !fp8_kv && ops == ScoreOps::kNone && p.layout.paged() &&
+      plan.decode16 == sm80::Decode16Choice::kDefault && plan.grid.blocks() > 0) {
+    const sm80::Decode16Choice per_grid = paged_decode16_choice(plan.grid, plan.shape, dev);
+    if (per_grid != sm80::Decode16Choice::kDefault) {
+      dispatch_head_dim(p.head_dim, [&](auto head_dim) {
+        plan.shape = shape_for<decltype(head_dim)::value>(true, false, ops, true, per_grid, plan.fp8kv);
+      });
+      plan.decode16 = per_grid;
+      plan.grid = grid_for(p, dev, pack, plan.narrow, plan.shape);
+    }
+  }
   plan.ok = true;
   return plan;
 }
@@ -298,6 +341,7 @@ fmha_status sm80_forward(const Problem& p, const LaunchContext& ctx) {
   a.blocks = plan.grid.blocks();
   a.narrow = plan.narrow;
   a.decode16 = plan.decode16;
+  a.fp8kv = plan.fp8kv;
   a.ops = launch_ops(p);
   a.mode = seq_mode(p.layout);
   if (a.blocks == 0) return FMHA_SUCCESS;  // no sequence or no query row: nothing to write

@@ -185,6 +185,19 @@ struct KeyWarpTileConfig
 //   batch, where Narrow had 0.82 / 0.88, 0.81 / 0.88, 0.68 / 0.74;
 //   contiguous 0.958 / 0.986 / 0.940 of copy against 0.941 / 0.978 / 0.936.
 //   What counted there was warps (CTAs) per SM, not bytes in flight.
+// NarrowPagedSplit, NarrowPagedBatch: the plain paged kernel's tile per
+//   grid (sm80_forward.cu: paged_decode16_choice), D=128 only (elsewhere
+//   NarrowPaged): few units split over long keys take 8 key warps of 16
+//   keys (128.1.3.8), more units than NarrowPaged's one slot per SM take
+//   64 keys over 4 key warps at 2 CTAs per SM (64.2.3.4); a grid that
+//   NarrowPaged fills in one wave unsplit (B=16 GQA 32/8: 128 units) keeps
+//   it. H200, BF16 GQA 32/8 Nq=1, paged / NarrowStream's contiguous time,
+//   page_size 16 / 64 (docs/performance.md, "Session 2026-12-02 (H200):
+//   the three checkpoints", one round each): B=1 Nk=131072 0.966 / 0.975
+//   on 128.1.3.8 against NarrowPaged's 0.933 / 0.941; a mixed B=64 batch
+//   of Nk <= 4096 0.963 / 0.963 on 64.2.3.4 against 0.883 / 0.897; B=16
+//   Nk=8192 NarrowPaged 0.947 / 0.953, 128.1.3.8 0.920 / 0.946, 64.2.3.4
+//   0.905 / 0.923.
 // Until 2026-12-02 the D=128 plain paged kernel also had NarrowPagedMany,
 //   16 keys x 3 stages x 7 CTAs per SM (one warp each), which the plan took
 //   for grids it filled better (B=16 Nk=8192 paged / contiguous 0.963-0.965
@@ -217,6 +230,18 @@ struct KeyWarpTileConfig
 //   BF16 q converted K on to BF16 (three more instructions per FP8 pair)
 //   and took the 32-key, 7-CTA tile at D=128, whose extra warps hid more
 //   of it (BF16 q e4m3 0.50 / 0.73 against 0.50 / 0.61 on 64, 4, 3).
+// NarrowFp8KvOneCta: the plain FP8 decode kernel's tile when the unsplit
+//   grid fits one CTA per SM (sm80_forward.cu; B=1 and B=16 GQA 32/8 on
+//   132 SMs: 8 and 128 units), D=128 only (elsewhere NarrowFp8Kv): 256
+//   keys over 8 key warps of 32, 3 raw stages, one CTA per SM (the
+//   16-bit key-warp tile's shape: B=16 runs unsplit, B=1 in 16 splits
+//   instead of 64). H200, BF16 q e4m3 GQA 32/8 D=128 Nq=1, of copy
+//   (docs/performance.md, "Session 2026-12-02 (H200): the three
+//   checkpoints", two rounds): B=1 Nk=131072 0.882 / 0.883 against
+//   NarrowFp8Kv's 0.869 / 0.867, B=16 Nk=8192 0.923 / 0.926 against 0.882
+//   / 0.876, paged ps64 B=1 0.809 against 0.786, B=16 (unsplit) 0.918
+//   against 0.797. Grids past one wave (many units) keep NarrowFp8Kv's four
+//   CTAs per SM (not measured on this tile).
 // WideFp8Kv: prefill over an FP8 cache (units of > 32 rows): the same
 //   warp (16 rows, in-register conversion), four of them sharing each K/V
 //   tile, two CTAs per SM. Run on the decode tile, an FP8 prefill (BF16 q,
@@ -231,8 +256,11 @@ struct Sm80Tuning<32> {
   using Narrow = TileConfig<32, 16, 128, 1, 3>;
   using NarrowStream = KeyWarpTileConfig<32, 128, 3, 2, 4>;
   using NarrowPaged = NarrowStream;
+  using NarrowPagedSplit = NarrowPaged;
+  using NarrowPagedBatch = NarrowPaged;
   using NarrowCompact = NarrowStream;  // fits every device
   using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3, 2>;
+  using NarrowFp8KvOneCta = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<32, 64, 128, 4, 2, 3>;
 };
 
@@ -242,8 +270,11 @@ struct Sm80Tuning<64> {
   using Narrow = TileConfig<64, 16, 128, 1, 3>;
   using NarrowStream = KeyWarpTileConfig<64, 128, 3, 2, 4>;
   using NarrowPaged = NarrowStream;
+  using NarrowPagedSplit = NarrowPaged;
+  using NarrowPagedBatch = NarrowPaged;
   using NarrowCompact = NarrowStream;  // fits every device
   using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3, 2>;
+  using NarrowFp8KvOneCta = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<64, 64, 128, 4, 2, 3>;
 };
 
@@ -253,9 +284,12 @@ struct Sm80Tuning<96> {
   using Narrow = TileConfig<96, 16, 64, 1, 3>;
   using NarrowStream = Narrow;
   using NarrowPaged = Narrow;
+  using NarrowPagedSplit = Narrow;
+  using NarrowPagedBatch = Narrow;
   using NarrowCompact = Narrow;
   // Unused: no FP8 K/V instantiation at D=96 (Fp8KvTile's swizzle).
   using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;
+  using NarrowFp8KvOneCta = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<96, 64, 64, 4, 2, 3>;
 };
 
@@ -284,6 +318,8 @@ struct Sm80Tuning<128> {
   using Narrow = TileConfig<128, 16, 64, 1, 3>;
   using NarrowStream = KeyWarpTileD128<128, 1, 3, 4>;
   using NarrowPaged = NarrowStream;
+  using NarrowPagedSplit = KeyWarpTileD128<128, 1, 3, 8>;
+  using NarrowPagedBatch = KeyWarpTileD128<64, 2, 3, 4>;
   using NarrowCompact = DecodeTileD128<32, 4, 3>;
 #ifdef FMHA_SM80_FP8KV_D128_N
   using NarrowFp8Kv = Fp8KvTileD128<FMHA_SM80_FP8KV_D128_N, FMHA_SM80_FP8KV_D128_CTAS, FMHA_SM80_FP8KV_D128_STAGES,
@@ -291,6 +327,7 @@ struct Sm80Tuning<128> {
 #else
   using NarrowFp8Kv = Fp8KvTileD128<64, 4, 3, 2>;
 #endif
+  using NarrowFp8KvOneCta = Fp8KvTileD128<256, 1, 3, 8>;
   using WideFp8Kv = Fp8KvTileConfig<128, 64, 64, 4, 2, 3>;
 };
 
@@ -300,8 +337,11 @@ struct Sm80Tuning<256> {
   using Narrow = TileConfig<256, 16, 32, 1, 3>;
   using NarrowStream = KeyWarpTileConfig<256, 32, 3, 2, 2>;
   using NarrowPaged = NarrowStream;
+  using NarrowPagedSplit = NarrowPaged;
+  using NarrowPagedBatch = NarrowPaged;
   using NarrowCompact = NarrowStream;  // fits every device
   using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3, 2>;
+  using NarrowFp8KvOneCta = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<256, 64, 32, 4, 2, 3>;
 };
 
@@ -321,8 +361,10 @@ using Decode16Tile =
 // Which decode tile a plain or softcap kernel runs: the host plan's choice
 // (sm80_forward.cu), carried to the launch in LaunchArgs.
 enum class Decode16Choice : unsigned char {
-  kDefault,  // Decode16Tile: Sm80Tuning::NarrowStream / NarrowPaged
-  kCompact,  // Sm80Tuning::NarrowCompact: the device has less shared memory per block than those need
+  kDefault,     // Decode16Tile: Sm80Tuning::NarrowStream / NarrowPaged
+  kCompact,     // Sm80Tuning::NarrowCompact: the device has less shared memory per block than those need
+  kPagedSplit,  // the plain paged kernel, few units split over long keys: Sm80Tuning::NarrowPagedSplit
+  kPagedBatch,  // the plain paged kernel, more units than the default's slots: Sm80Tuning::NarrowPagedBatch
 };
 
 // Experiments (a build with FMHA_SM80_DECODE_EXPERIMENTS=ON, CMake): the
@@ -337,7 +379,9 @@ enum class Decode16Choice : unsigned char {
 // the tile of the 2026-12-02 run), 8 key warps of 16 keys (128.1.3.8), 64
 // keys over 4 (64.2.3.4) and 2 (64.2.3.2) key warps at 2 CTAs per SM, and
 // the one-warp tiles before them, 32.4.3 (NarrowCompact) and 16.7.3 (the
-// former NarrowPagedMany). (64.2.4.2 would need 132 KB: not 2 CTAs per SM
+// former NarrowPagedMany); 128.1.3.4 forces NarrowStream / NarrowPaged
+// itself on every grid (the plan takes NarrowPagedSplit = 128.1.3.8 and
+// NarrowPagedBatch = 64.2.3.4 by grid). (64.2.4.2 would need 132 KB: not 2 CTAs per SM
 // in 228 KB.) At every head dim, "narrow" forces the head dim's Narrow tile
 // (one warp; the decode tile of D=32, 64 and 256 before 2026-12-02) on the
 // plain kernels. The earlier sweeps (64.3.2, 32.3.4, 16.3.8, 16.6.4, 64.2.3,
@@ -355,8 +399,10 @@ inline int sm80_decode_tile_choice(bool paged) {
 
 // fn(Cfg{}) with the 16-bit decode tile of a plain or softcap kernel
 // (kScoreOps false) of head dim kHeadDim, paged K/V or not: Decode16Tile,
-// or NarrowCompact when `choice` says so, or in an experiments build a
-// plain kernel's candidate named by the environment.
+// or NarrowCompact when `choice` says so, or for a plain paged kernel
+// (kPlain, kPaged) NarrowPagedSplit / NarrowPagedBatch when `choice` says
+// so, or in an experiments build a plain kernel's candidate named by the
+// environment.
 template <int kHeadDim, bool kPaged, bool kPlain, class Fn>
 auto with_decode16_tile(Decode16Choice choice, Fn&& fn) {
 #if FMHA_SM80_DECODE_EXPERIMENTS
@@ -368,7 +414,8 @@ auto with_decode16_tile(Decode16Choice choice, Fn&& fn) {
       case 4: return fn(KeyWarpTileD128<128, 1, 3, 8>{});
       case 5: return fn(KeyWarpTileD128<64, 2, 3, 4>{});
       case 6: return fn(KeyWarpTileD128<64, 2, 3, 2>{});
-      default: break;  // 7 (128.1.3.4): the default tile
+      case 7: return fn(KeyWarpTileD128<128, 1, 3, 4>{});  // NarrowStream / NarrowPaged, whatever the grid
+      default: break;
     }
   }
   if constexpr (kPlain) {
@@ -379,6 +426,12 @@ auto with_decode16_tile(Decode16Choice choice, Fn&& fn) {
   using Default = Decode16Tile<kHeadDim, kPaged, false>;
   if constexpr (!std::is_same<typename Tuning::NarrowCompact, Default>::value) {
     if (choice == Decode16Choice::kCompact) return fn(typename Tuning::NarrowCompact{});
+  }
+  if constexpr (kPaged && kPlain && !std::is_same<typename Tuning::NarrowPagedSplit, Default>::value) {
+    if (choice == Decode16Choice::kPagedSplit) return fn(typename Tuning::NarrowPagedSplit{});
+  }
+  if constexpr (kPaged && kPlain && !std::is_same<typename Tuning::NarrowPagedBatch, Default>::value) {
+    if (choice == Decode16Choice::kPagedBatch) return fn(typename Tuning::NarrowPagedBatch{});
   }
   return fn(Default{});
 }
@@ -408,23 +461,34 @@ using Fp8KvDecodeTile = typename Sm80Tuning<kHeadDim>::NarrowFp8Kv;
 //   128.2.3.4            two CTAs per SM of 4 key warps x 32 keys (255
 //                        registers): the default's warps per SM in half the
 //                        CTAs, B=16 in 2 splits
+//   default              NarrowFp8Kv on every grid (the plan's choice
+//                        otherwise takes NarrowFp8KvOneCta, 256.1.3.8, for
+//                        grids that fit one CTA per SM)
 // fp8dec3's other candidates (kw1, cta, 64.4.3.4, 32.7.3.2, 128.2.3.2) lost
 // on the H200 (docs/performance.md, "FP8 KV decode, third pass") and are
 // gone.
 #if FMHA_SM80_FP8KV_EXPERIMENTS
-constexpr const char* kFp8KvTileNames[] = {"64.3.4.4",   "128.3.2.4",  "256.1.3.8",
-                                           "192.1.4.12", "256.1.3.16", "128.2.3.4"};
+constexpr const char* kFp8KvTileNames[] = {"64.3.4.4",   "128.3.2.4",  "256.1.3.8", "192.1.4.12",
+                                           "256.1.3.16", "128.2.3.4",  "default"};
 inline int sm80_fp8kv_tile_choice() {
   static const int choice = env_choice("FMHA_SM80_FP8KV_TILE", kFp8KvTileNames);
   return choice;
 }
 #endif
 
+// Which FP8 K/V decode tile a plain kernel runs: the host plan's choice
+// (sm80_forward.cu), carried to the launch in LaunchArgs.
+enum class Fp8KvChoice : unsigned char {
+  kDefault,  // Fp8KvDecodeTile: Sm80Tuning::NarrowFp8Kv
+  kOneCta,   // Sm80Tuning::NarrowFp8KvOneCta: the unsplit grid fits one CTA per SM
+};
+
 // fn(Cfg{}) with the FP8 K/V decode tile of head dim kHeadDim for a plain
-// kernel (kPlain) or not: Fp8KvDecodeTile, or in an experiments build a
+// kernel (kPlain) or not: Fp8KvDecodeTile, or a plain kernel's
+// NarrowFp8KvOneCta when `choice` says so, or in an experiments build a
 // plain D=128 kernel's candidate.
 template <int kHeadDim, bool kPlain, class Fn>
-auto with_fp8kv_decode_tile(Fn&& fn) {
+auto with_fp8kv_decode_tile(Fp8KvChoice choice, Fn&& fn) {
   using Tile = Fp8KvDecodeTile<kHeadDim>;
 #if FMHA_SM80_FP8KV_EXPERIMENTS
   if constexpr (kPlain && kHeadDim == 128) {
@@ -435,10 +499,15 @@ auto with_fp8kv_decode_tile(Fn&& fn) {
       case 4: return fn(Fp8KvTileD128<192, 1, 4, 12>{});
       case 5: return fn(Fp8KvTileD128<256, 1, 3, 16>{});
       case 6: return fn(Fp8KvTileD128<128, 2, 3, 4>{});
+      case 7: return fn(Tile{});  // NarrowFp8Kv, whatever the grid
       default: break;
     }
   }
 #endif
+  using OneCta = typename Sm80Tuning<kHeadDim>::NarrowFp8KvOneCta;
+  if constexpr (kPlain && !std::is_same<OneCta, Tile>::value) {
+    if (choice == Fp8KvChoice::kOneCta) return fn(OneCta{});
+  }
   return fn(Tile{});
 }
 
@@ -448,7 +517,10 @@ auto with_fp8kv_decode_tile(Fn&& fn) {
   static_assert(Sm80Tuning<D>::Wide::kHeadDim == D && Sm80Tuning<D>::Narrow::kHeadDim == D &&   \
                     Sm80Tuning<D>::NarrowStream::kHeadDim == D && Sm80Tuning<D>::NarrowPaged::kHeadDim == D && \
                     Sm80Tuning<D>::NarrowCompact::kHeadDim == D &&                            \
+                    Sm80Tuning<D>::NarrowPagedSplit::kHeadDim == D &&                         \
+                    Sm80Tuning<D>::NarrowPagedBatch::kHeadDim == D &&                         \
                     Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D &&                                \
+                    Sm80Tuning<D>::NarrowFp8KvOneCta::kHeadDim == D &&                          \
                     Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
                 "Sm80Tuning<" #D "> is missing or mis-keyed");
 FMHA_SM80_HEAD_DIMS(FMHA_SM80_TUNED_)

@@ -1027,6 +1027,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       fence_operands(o_flat);
       if (leader) mbar_arrive(sm.v_empty(prev.stage));
     } else if (kReleaseQAfterQk) {
+      // A tile without key tiles issues no wgmma, whose warpgroup-wide
+      // completion orders the other warps' reads of the tile slot (and of
+      // Q) before the leader's release elsewhere: the warpgroup's barrier
+      // does it here, or the producer could write the next tile's index
+      // before a lagging warp read this one's.
+      named_sync(1 + cw, 128);
       release_q();
     }
 
