@@ -21,6 +21,7 @@
 #      every kernel, D=64 and D=128, empty sequences), hazards counted
 #   5. cuobjdump --dump-resource-usage of libfmha.so (registers, stack of
 #      the new tiles' kernels)
+#   STEPS (default tests,bench,torch,race,res) picks which of 1-5 run.
 #
 # What it should show (prediction: docs/performance.md, "Decode tiles per
 # grid"): rc=0 and "0 failed" everywhere; paged / contiguous >= 0.95 at
@@ -77,28 +78,34 @@ test_pat='ERROR:|\[doctest\] (test cases|assertions)|FAIL|per grid|fp8 kv decode
 bench_pat='^serving|^fp8kv|copy bandwidth'
 ct_pat='cuDNN|speed|MISMATCH|_error|Traceback'
 
-# 1. Tests.
-guarded 240 test_gpu "$logs/test_gpu.log" "$test_pat" "$tests"
+steps=${STEPS:-tests,bench,torch,race,res}  # which of the steps below run
+has() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+# 1. Tests (test_gpu with each case's duration).
+if has tests; then
+guarded 330 test_gpu "$logs/test_gpu.log" "$test_pat" "$tests" --duration=true
+grep -E '^[0-9.]+ s: ' "$logs/test_gpu.log" | sort -rn | head -12 | sed 's/^/    /' >>"$summary"
 guarded 90 test_sm90 "$logs/test_sm90.log" "$test_pat" "$bdir/tests/test_sm90"
 guarded 60 test_internal "$logs/test_internal.log" "$test_pat" "$bdir/tests/test_internal"
+fi
 
 # 2. Benchmarks, two rounds.
-for r in 1 2; do
+has bench && for r in 1 2; do
   guarded 60 "serving-r$r" "$logs/serving-r$r.log" "$bench_pat" "$bench" --suite serving --splits 0
   guarded 60 "fp8kv-r$r" "$logs/fp8kv-r$r.log" "$bench_pat" "$bench" --suite fp8kv
 done
 
 # 3. Against torch (cuDNN, FA2) in one process.
-for r in 1 2; do
+has torch && for r in 1 2; do
   guarded 60 "torch-decode-r$r" "$logs/torch-decode-r$r.log" "$ct_pat" \
     python3 "$root/tests/perf/compare_torch.py" --lib "$lib" --groups decode --kernels cuda_sm80_tc --quiet
 done
-guarded 120 torch-prefill "$logs/torch-prefill.log" "$ct_pat" \
+has torch && guarded 120 torch-prefill "$logs/torch-prefill.log" "$ct_pat" \
   python3 "$root/tests/perf/compare_torch.py" --lib "$lib" --groups causal,noncausal,d64,prefill \
   --kernels cuda_sm90_ws --max-n 8192 --quiet
 
 # 4. racecheck of the ragged serving group (every kernel, empty sequences).
-guarded 150 racecheck "$logs/racecheck.log" 'RACECHECK SUMMARY|hazard|ERROR SUMMARY|\[doctest\] (test cases|assertions)' \
+has race && guarded 120 racecheck "$logs/racecheck.log" 'RACECHECK SUMMARY|hazard|ERROR SUMMARY|\[doctest\] (test cases|assertions)' \
   env FMHA_TEST_QUICK=12 compute-sanitizer --tool racecheck --racecheck-report all \
   "$tests" -tc="serving: ragged queries and keys*"
 if [ -f "$logs/racecheck.log" ]; then
@@ -107,7 +114,7 @@ if [ -f "$logs/racecheck.log" ]; then
 fi
 
 # 5. Registers and stack of the kernels.
-if command -v cuobjdump >/dev/null 2>&1; then
+if has res && command -v cuobjdump >/dev/null 2>&1; then
   cuobjdump --dump-resource-usage "$lib" >"$logs/resources.txt" 2>&1
   note "resource usage: $(grep -c 'REG:' "$logs/resources.txt") kernels; the key-warp / FP8 one-CTA ones:"
   grep -A1 -E 'KeyWarpTileConfigILi128ELi128ELi1ELi3ELi8E|KeyWarpTileConfigILi128ELi64ELi2ELi3ELi4E|Fp8KvTileConfigILi128ELi16ELi256ELi1ELi1ELi3ELi8E' \
