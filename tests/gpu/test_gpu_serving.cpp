@@ -395,20 +395,21 @@ TEST_CASE("serving: key-warp decode tile: key counts off its tiles, splits, soft
 
 TEST_CASE("serving: paged decode tiles per grid: a many-unit batch (NarrowPagedBatch) and split runs (NarrowPagedSplit)") {
   // cuda_sm80_tc's plain paged decode kernel picks its D=128 tile by the
-  // grid (sm80_forward.cu: paged_decode16_choice): 40 sequences x 8 KV
-  // heads = 320 units, more than the key-warp tile's one slot per SM on any
-  // GPU of up to 320 SMs, take the 64-key, 2-CTA tile of 4 key warps of 16
-  // keys; the forced splits of a few units the 128-key tile of 8 key warps
-  // of 16 (its keys end inside a warp's share at 1000, 33, 4097). Lengths 0
-  // .. 2600 with empties, pages of 1, 16, 24 (no run), 64 and 256, both
-  // storages, one and three query rows per sequence (causal), a window.
+  // grid (sm80_forward.cu: paged_decode16_choice): 20 sequences x 8 KV
+  // heads = 160 units, more than the key-warp tile's one slot per SM on a
+  // GPU of up to 159 SMs (H100 / H200 132, B200 148), take the 64-key,
+  // 2-CTA tile of 4 key warps of 16 keys; the forced splits of a few units
+  // the 128-key tile of 8 key warps of 16 (its keys end inside a warp's
+  // share at 1000, 33, 4097). Lengths 0 .. 1300 with empties, pages of 1,
+  // 16, 24 (no run), 64 and 256, both storages, one and three query rows
+  // per sequence (causal), a window.
   std::vector<ServingCase> cases;
   int n = 0;
   for (int64_t ps : {1, 16, 24, 64, 256}) {
     ServingCase c = base(n % 2 ? FMHA_DTYPE_F16 : FMHA_DTYPE_BF16, 32, 8, 128);
     shuffled_pages(&c, ps, n);
     c.len_k.clear();
-    for (int s = 0; s < 40; ++s) c.len_k.push_back(s % 9 == 4 ? 0 : (s * 977 + ps * 13) % 2600 + (s % 5 == 0));
+    for (int s = 0; s < 20; ++s) c.len_k.push_back(s % 9 == 4 ? 0 : (s * 977 + ps * 13) % 1300 + (s % 5 == 0));
     const int64_t nq = n % 2 ? 3 : 1;
     c.len_q = std::vector<int64_t>(c.len_k.size(), nq);
     c.q_layout = n % 3 == 0 ? QLayout::kRagged : QLayout::kDense;
