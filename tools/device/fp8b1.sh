@@ -21,7 +21,7 @@ finish() { tar -C "$out" -czf "$out/logs.tgz" logs 2>/dev/null && rm -rf "$logs"
 trap finish EXIT
 STEP_PATTERN='error:|FAILED|CMake Error'
 step configure "$logs/build.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DFMHA_BUILD_TESTS=OFF -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF \
+  -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF \
   -DFMHA_BUILD_RUST=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real -DFMHA_SM80_FP8KV_EXPERIMENTS=ON \
   "-DFMHA_SM80_INSTANCES=bf16:128;bf16_f8kv:128" "-DFMHA_SM90_INSTANCES=bf16:128" || exit 1
 step build "$logs/build2.log" cmake --build "$bdir" -j"${JOBS:-16}" --target fmha bench_cuda || exit 1
