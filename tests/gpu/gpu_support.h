@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/device_memory.h"
@@ -98,6 +99,30 @@ class CudaBuffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Memory for explain-only checks (fmha_forward_explain reads no data): one
+// 2 MiB allocation, out() its first MiB for o (and lse), in() the second for
+// the inputs, whose views may claim far more than the buffer holds. o lies
+// below every input view, so none of those claimed ranges overlaps it (a
+// separate allocation could sit inside one).
+class ExplainBuffers {
+ public:
+  ExplainBuffers() : all_(2 << 20) {}
+  bool ok() const { return all_.ok(); }
+  void* out() const { return all_.get(); }
+  void* in() const { return static_cast<char*>(all_.get()) + (1 << 20); }
+
+ private:
+  CudaBuffer all_;
+};
+
+// fmha_forward_explain's text for p on handle h, or on failure the detail
+// message; with the status.
+inline std::pair<fmha_status, std::string> explain_text(fmha_handle h, const fmha_forward_params& p) {
+  char text[4096];
+  const fmha_status st = fmha_forward_explain(h, &p, text, sizeof text);
+  return {st, std::string(st == FMHA_SUCCESS ? text : fmha_last_error_message())};
+}
 
 // A row-major (contiguous) [d0, d1, d2, d3] view of `data`.
 inline fmha_tensor contiguous_tensor(void* data, fmha_dtype dtype, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {

@@ -489,12 +489,10 @@ TEST_CASE("sm80 FP8 K/V: explain names the decode tile per grid (one CTA per SM 
   cudaDeviceProp prop{};
   REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
   const int64_t D = 128, Hq = 32, Hk = 8, nk = 4096;
-  // One allocation: o in its first MiB, the inputs from the second on (the
-  // views claim more than the buffer holds: explain reads no data).
-  fmha_gpu_test::CudaBuffer all(2 << 20);
-  REQUIRE(all.ok());
-  void* const out_base = all.get();
-  void* const in_base = static_cast<char*>(all.get()) + (1 << 20);
+  const fmha_gpu_test::ExplainBuffers buffers;
+  REQUIRE(buffers.ok());
+  void* const out_base = buffers.out();
+  void* const in_base = buffers.in();
   auto plan_of = [&](int64_t B, float softcap) {
     fmha_forward_params p;
     fmha_forward_params_init(&p);
@@ -505,9 +503,7 @@ TEST_CASE("sm80 FP8 K/V: explain names the decode tile per grid (one CTA per SM 
     p.seqused_k = static_cast<const int32_t*>(in_base);
     p.softcap = softcap;
     p.kernel = "cuda_sm80_tc";
-    char text[2048];
-    const fmha_status st = fmha_forward_explain(h.get(), &p, text, sizeof text);
-    return std::make_pair(st, std::string(st == FMHA_SUCCESS ? text : fmha_last_error_message()));
+    return fmha_gpu_test::explain_text(h.get(), p);
   };
   if (std::getenv("FMHA_SM80_FP8KV_TILE") != nullptr) {
     MESSAGE("FMHA_SM80_FP8KV_TILE names the tile (experiments build): not checked");

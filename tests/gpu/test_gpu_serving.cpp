@@ -530,13 +530,10 @@ TEST_CASE("serving: explain names cuda_sm80_tc's decode tile and its splits, pag
   cudaDeviceProp prop{};
   REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
   const int64_t D = 128, Hq = 32, Hk = 8, ps = 16;
-  // One allocation: o in its first MiB, the inputs from the second on. The
-  // K/V views claim hundreds of MiB past their base, so o must lie below
-  // them (a separate allocation may sit inside that claimed range).
-  fmha_gpu_test::CudaBuffer all(2 << 20);
-  REQUIRE(all.ok());
-  void* const out_base = all.get();
-  void* const in_base = static_cast<char*>(all.get()) + (1 << 20);
+  const fmha_gpu_test::ExplainBuffers buffers;  // the K/V views claim hundreds of MiB past in()
+  REQUIRE(buffers.ok());
+  void* const out_base = buffers.out();
+  void* const in_base = buffers.in();
   auto plan_of = [&](int64_t B, int64_t nk, int32_t splits, float softcap, bool paged = true) {
     const int64_t pages = B * nk / ps;
     fmha_forward_params p;
@@ -559,11 +556,10 @@ TEST_CASE("serving: explain names cuda_sm80_tc's decode tile and its splits, pag
     p.num_splits = splits;
     p.softcap = softcap;
     p.kernel = "cuda_sm80_tc";
-    char text[2048];
-    const fmha_status st = fmha_forward_explain(h.get(), &p, text, sizeof text);
-    INFO(std::string(fmha_last_error_message()));
+    const auto [st, text] = fmha_gpu_test::explain_text(h.get(), p);
+    INFO(text);
     REQUIRE(st == FMHA_SUCCESS);
-    return std::string(text);
+    return text;
   };
   const std::string b16 = plan_of(16, 8192, 0, 0.f);
   INFO(b16);
