@@ -260,20 +260,21 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
       plan.fp8kv = sm80::Fp8KvChoice::kOneCta;
     if (plan.narrow && !fp8_kv && ops != ScoreOps::kAll) plan.decode16 = decode16_choice<kD>(p, dev);
     plan.shape = shape_for<kD>(plan.narrow, fp8_kv, ops, p.layout.paged(), plan.decode16, plan.fp8kv);
+    // The plain paged kernel's tile per grid, at head dims with tiles of
+    // their own for it (tile_config.h: D=128), from NarrowPaged's grid.
+    using Tuning = sm80::Sm80Tuning<kD>;
+    constexpr bool kPerGridTiles = !std::is_same<typename Tuning::NarrowPagedSplit, typename Tuning::NarrowPaged>::value ||
+                                   !std::is_same<typename Tuning::NarrowPagedBatch, typename Tuning::NarrowPaged>::value;
+    if constexpr (kPerGridTiles) {
+      if (plan.narrow && !fp8_kv && ops == ScoreOps::kNone && p.layout.paged() &&
+          plan.decode16 == sm80::Decode16Choice::kDefault) {
+        plan.decode16 = paged_decode16_choice(grid_for(p, dev, pack, true, plan.shape), plan.shape, dev);
+        plan.shape = shape_for<kD>(true, false, ops, true, plan.decode16, plan.fp8kv);
+      }
+    }
   });
   if (!instantiated) return plan;
   plan.grid = grid_for(p, dev, pack, plan.narrow, plan.shape);
-  if (plan.narrow && !fp8_kv && ops == ScoreOps::kNone && p.layout.paged() &&
-      plan.decode16 == sm80::Decode16Choice::kDefault && plan.grid.blocks() > 0) {
-    const sm80::Decode16Choice per_grid = paged_decode16_choice(plan.grid, plan.shape, dev);
-    if (per_grid != sm80::Decode16Choice::kDefault) {
-      dispatch_head_dim(p.head_dim, [&](auto head_dim) {
-        plan.shape = shape_for<decltype(head_dim)::value>(true, false, ops, true, per_grid, plan.fp8kv);
-      });
-      plan.decode16 = per_grid;
-      plan.grid = grid_for(p, dev, pack, plan.narrow, plan.shape);
-    }
-  }
   plan.ok = true;
   return plan;
 }
