@@ -8,17 +8,10 @@
 # ("" = the plan's per-grid choice; "default" = NarrowFp8Kv on every grid).
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-out=${OUT:-$root/fp8b1-out}
-logs="$out/logs"
-mkdir -p "$logs"
 bdir=${FP8B1_BUILD_DIR:-/tmp/fmha-fp8b1-build}
-summary="$out/summary.txt"
-: >"$summary"
-command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
 # shellcheck source=tools/device/steps.sh
 . "$root/tools/device/steps.sh"
-finish() { tar -C "$out" -czf "$out/logs.tgz" logs 2>/dev/null && rm -rf "$logs"; }
-trap finish EXIT
+logs_under fp8b1
 STEP_PATTERN='error:|FAILED|CMake Error'
 step configure "$logs/build.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF \

@@ -28,19 +28,11 @@
 # B=1 and on the mixed batch; FP8 B=16 e4m3 >= 0.90 of copy.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-out=${OUT:-$root/pergrid-out}
-mkdir -p "$out"
-logs="$out/logs"
-mkdir -p "$logs"
 bdir=${PERGRID_BUILD_DIR:-/tmp/fmha-pergrid-build}
 stage=${STAGE:-all}
-summary="$out/summary.txt"
-[ "$stage" = run ] || : >"$summary"
-command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
 # shellcheck source=tools/device/steps.sh
 . "$root/tools/device/steps.sh"
-finish() { tar -C "$out" -czf "$out/logs.tgz" logs 2>/dev/null && rm -rf "$logs"; }
-trap finish EXIT
+logs_under pergrid "$([ "$stage" = run ] && echo 1)"
 note "pergrid.sh STAGE=$stage $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')," \
   "GPU: $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader 2>&1 | head -1), $(nproc) cores"
 

@@ -19,17 +19,10 @@
 #   lines of both profiles side by side.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-out=${OUT:-$root/profile8-out}
-logs="$out/logs"
-mkdir -p "$logs"
 bdir=${PROFILE8_BUILD_DIR:-/tmp/fmha-profile8-build}
-summary="$out/summary.txt"
-: >"$summary"
-command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
 # shellcheck source=tools/device/steps.sh
 . "$root/tools/device/steps.sh"
-finish() { tar -C "$out" -czf "$out/logs.tgz" logs 2>/dev/null && rm -rf "$logs"; }
-trap finish EXIT
+logs_under profile8
 note "profile8.sh $(date -u '+%Y-%m-%d %H:%M UTC'), GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
 
 STEP_PATTERN='error:|FAILED|CMake Error'

@@ -8,6 +8,22 @@
 # The sourcing script may set STEP_TIMEOUT (seconds, default 900),
 # STEP_PATTERN (an extended regex of the lines that count; default the
 # doctest totals and errors) and STEP_LINES (how many of them, default 30).
+#
+#   logs_under NAME [KEEP]  the output layout of the scripts that tar their
+#                          logs: out = $OUT (else $root/NAME-out), logs =
+#                          $out/logs (tarred into $out/logs.tgz at exit, then
+#                          removed), summary = $out/summary.txt (emptied
+#                          unless KEEP is 1); puts nvcc on PATH. The sourcing
+#                          script sets root first.
+logs_under() {
+  out=${OUT:-$root/$1-out}
+  logs="$out/logs"
+  summary="$out/summary.txt"
+  mkdir -p "$logs"
+  [ "${2:-0}" = 1 ] || : >"$summary"
+  command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
+  trap 'tar -C "$out" -czf "$out/logs.tgz" logs 2>/dev/null && rm -rf "$logs"' EXIT
+}
 note() { echo "$*" | tee -a "$summary"; }
 step() {
   local name=$1 log=$2
