@@ -483,7 +483,8 @@ TEST_CASE("sm80 FP8 K/V: explain names the decode tile per grid (one CTA per SM 
   // reference): GQA 32/8 D=128 Nq=1, BF16 q over e4m3 K/V, seqused_k over a
   // dense cache. 2 sequences = 16 units fit one CTA per SM:
   // NarrowFp8KvOneCta (256 keys over 8 key warps); 40 = 320 units, more
-  // than the SMs: NarrowFp8Kv; softcap keeps NarrowFp8Kv.
+  // than the SMs: NarrowFp8Kv; softcap keeps NarrowFp8Kv; paged K/V whose
+  // one-CTA grid would split: NarrowFp8KvPagedSplit.
   GpuHandle h;
   REQUIRE(h.status() == FMHA_SUCCESS);
   cudaDeviceProp prop{};
@@ -493,13 +494,19 @@ TEST_CASE("sm80 FP8 K/V: explain names the decode tile per grid (one CTA per SM 
   REQUIRE(buffers.ok());
   void* const out_base = buffers.out();
   void* const in_base = buffers.in();
-  auto plan_of = [&](int64_t B, float softcap) {
+  auto plan_of = [&](int64_t B, float softcap, bool paged) {
     fmha_forward_params p;
     fmha_forward_params_init(&p);
     p.q = fmha_gpu_test::contiguous_tensor(in_base, FMHA_DTYPE_BF16, B, Hq, 1, D);
     p.o = fmha_gpu_test::contiguous_tensor(out_base, FMHA_DTYPE_BF16, B, Hq, 1, D);
-    p.k = fmha_gpu_test::contiguous_tensor(in_base, FMHA_DTYPE_F8E4M3, B, Hk, nk, D);
-    p.v = fmha_gpu_test::contiguous_tensor(in_base, FMHA_DTYPE_F8E4M3, B, Hk, nk, D);
+    const int64_t ps = 64;  // paged: [pages, Hk, 64, D] over B x nk keys
+    p.k = paged ? fmha_gpu_test::contiguous_tensor(in_base, FMHA_DTYPE_F8E4M3, B * nk / ps, Hk, ps, D)
+                : fmha_gpu_test::contiguous_tensor(in_base, FMHA_DTYPE_F8E4M3, B, Hk, nk, D);
+    p.v = p.k;
+    if (paged) {
+      p.block_table = static_cast<const int32_t*>(in_base);
+      p.block_table_stride = nk / ps;
+    }
     p.seqused_k = static_cast<const int32_t*>(in_base);
     p.softcap = softcap;
     p.kernel = "cuda_sm80_tc";
@@ -512,18 +519,24 @@ TEST_CASE("sm80 FP8 K/V: explain names the decode tile per grid (one CTA per SM 
   struct Row {
     int64_t batch;
     float softcap;
+    bool paged;
     const char* tile;
   };
+  // Paged: 16 units = 16 one-CTA rows split 8 ways (132 SMs): the paged
+  // split tile; 16 x 8 units = 128 run unsplit on the one-CTA tile.
   const Row rows[] = {
-      {2, 0.f, "plan: decode tile NarrowFp8KvOneCta: 16 rows x 256 keys (8 key warps of 32), 3 stages, 1 CTAs per SM"},
-      {40, 0.f, "plan: decode tile NarrowFp8Kv: 16 rows x 64 keys (2 key warps of 32), 3 stages, 4 CTAs per SM"},
-      {2, 25.f, "plan: decode tile NarrowFp8Kv: "}};
+      {2, 0.f, false, "plan: decode tile NarrowFp8KvOneCta: 16 rows x 256 keys (8 key warps of 32), 3 stages, 1 CTAs per SM"},
+      {40, 0.f, false, "plan: decode tile NarrowFp8Kv: 16 rows x 64 keys (2 key warps of 32), 3 stages, 4 CTAs per SM"},
+      {2, 25.f, false, "plan: decode tile NarrowFp8Kv: "},
+      {2, 0.f, true, "plan: decode tile NarrowFp8KvPagedSplit: 16 rows x 128 keys (4 key warps of 32), 2 stages, 3 CTAs per SM"},
+      {16, 0.f, true, "plan: decode tile NarrowFp8KvOneCta: "}};
   for (const Row& row : rows) {
     CAPTURE(row.batch);
     CAPTURE(row.softcap);
     const int64_t units = row.batch * Hk;  // the GQA group packed: one unit per (sequence, KV head)
-    if (row.softcap == 0.f && (row.batch == 2) != (units <= prop.multiProcessorCount)) continue;  // another GPU
-    const auto [st, text] = plan_of(row.batch, row.softcap);
+    if (row.softcap == 0.f && (row.batch != 40) != (units <= prop.multiProcessorCount)) continue;  // another GPU
+    if (row.paged && prop.multiProcessorCount != 132) continue;  // the split counts depend on the SM count
+    const auto [st, text] = plan_of(row.batch, row.softcap, row.paged);
     INFO(text);
     if (st != FMHA_SUCCESS || text.find("chosen: cuda_sm80_tc") == std::string::npos) {
       MESSAGE("cuda_sm80_tc does not run BF16 q over e4m3 K/V at D=128 here: not checked");

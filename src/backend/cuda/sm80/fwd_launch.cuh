@@ -37,7 +37,7 @@ fmha_status launch_fwd_kernel(const FwdParams& p, const LaunchArgs& a) {
   constexpr int kD = Cfg::kHeadDim;
   constexpr bool kPaged = kMode == SeqMode::kPaged;
   if constexpr (kFp8Kv && std::is_same<Cfg, Fp8KvDecodeTile<kD>>::value) {
-    return with_fp8kv_decode_tile<kD, kOps == ScoreOps::kNone>(
+    return with_fp8kv_decode_tile<kD, kOps == ScoreOps::kNone, kPaged>(
         a.fp8kv, [&](auto tile) { return launch_fwd_tile<T, kFp8Kv, decltype(tile), kOps, kMode>(p, a); });
   } else if constexpr (kFp8Kv || !std::is_same<Cfg, typename Sm80Tuning<kD>::Narrow>::value) {
     return launch_fwd_tile<T, kFp8Kv, Cfg, kOps, kMode>(p, a);

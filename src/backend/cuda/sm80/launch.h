@@ -21,7 +21,7 @@ struct LaunchArgs {
   int64_t blocks;        // num_m_tiles * units * num_splits (< 2^31)
   bool narrow;           // Sm80Tuning<D>::Narrow instead of ::Wide
   Decode16Choice decode16;  // narrow, plain or softcap: Decode16Tile, NarrowCompact or a plain paged kernel's per-grid tile
-  Fp8KvChoice fp8kv;     // narrow FP8 K/V, plain: Fp8KvDecodeTile or NarrowFp8KvOneCta
+  Fp8KvChoice fp8kv;     // narrow FP8 K/V, plain: Fp8KvDecodeTile, NarrowFp8KvOneCta or (paged) NarrowFp8KvPagedSplit
   ScoreOps ops;          // the score transforms' instantiation (common/fwd_params.h)
   SeqMode mode;          // the operand layout (seq_mode of FwdParams::layout)
   int device;            // the current device ordinal

@@ -85,10 +85,13 @@ Shape shape_for(bool narrow, bool fp8_kv, ScoreOps ops, bool paged, sm80::Decode
       return shape_of<Tile>(false, std::is_same<Tile, sm80::Fp8KvDecodeTile<kHeadDim>>::value ? "NarrowFp8Kv"
                                    : std::is_same<Tile, typename Tuning::NarrowFp8KvOneCta>::value
                                        ? "NarrowFp8KvOneCta"
+                                   : std::is_same<Tile, typename Tuning::NarrowFp8KvPagedSplit>::value
+                                       ? "NarrowFp8KvPagedSplit"
                                        : "an experiment's FP8 decode tile (FMHA_SM80_FP8KV_TILE)");
     };
-    return ops == ScoreOps::kNone ? sm80::with_fp8kv_decode_tile<kHeadDim, true>(fp8_choice, fp8_shape)
-                                  : sm80::with_fp8kv_decode_tile<kHeadDim, false>(fp8_choice, fp8_shape);
+    if (ops != ScoreOps::kNone) return sm80::with_fp8kv_decode_tile<kHeadDim, false, false>(fp8_choice, fp8_shape);
+    return paged ? sm80::with_fp8kv_decode_tile<kHeadDim, true, true>(fp8_choice, fp8_shape)
+                 : sm80::with_fp8kv_decode_tile<kHeadDim, true, false>(fp8_choice, fp8_shape);
   }
   if (!narrow) return shape_of<typename Tuning::Wide>(score_ops, "Wide");
   if (score_ops) return shape_of<sm80::Decode16Tile<kHeadDim, false, true>>(true, "Narrow");
@@ -271,6 +274,13 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
         plan.decode16 = paged_decode16_choice(grid_for(p, dev, pack, true, plan.shape), plan.shape, dev);
         plan.shape = shape_for<kD>(true, false, ops, true, plan.decode16, plan.fp8kv);
       }
+    }
+    // A paged FP8 one-CTA grid that splits (few units over long keys) runs
+    // NarrowFp8KvPagedSplit instead (tile_config.h), with its own splits.
+    if (plan.fp8kv == sm80::Fp8KvChoice::kOneCta && p.layout.paged() &&
+        grid_for(p, dev, pack, true, plan.shape).splits > 1) {
+      plan.fp8kv = sm80::Fp8KvChoice::kPagedSplit;
+      plan.shape = shape_for<kD>(true, true, ops, true, plan.decode16, plan.fp8kv);
     }
   });
   if (!instantiated) return plan;

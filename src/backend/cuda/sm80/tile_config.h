@@ -242,6 +242,13 @@ struct KeyWarpTileConfig
 //   / 0.876, paged ps64 B=1 0.809 against 0.786, B=16 (unsplit) 0.918
 //   against 0.797. Grids past one wave (many units) keep NarrowFp8Kv's four
 //   CTAs per SM (not measured on this tile).
+// NarrowFp8KvPagedSplit: the plain paged FP8 kernel's tile when that
+//   one-CTA grid would split (few units over long keys; B=1 GQA 32/8),
+//   D=128 only: 128 keys over 4 key warps of 32, 2 raw stages, 3 CTAs per
+//   SM (128.3.2.4). H200, BF16 q e4m3, B=1 Nk=131072 paged ps64, of copy,
+//   one run (docs/performance.md, "FP8 decode tiles in one run"): 0.842 /
+//   0.844 against NarrowFp8KvOneCta's 0.806 / 0.812; unsplit B=16 paged
+//   keeps NarrowFp8KvOneCta (0.914 against 0.836).
 // WideFp8Kv: prefill over an FP8 cache (units of > 32 rows): the same
 //   warp (16 rows, in-register conversion), four of them sharing each K/V
 //   tile, two CTAs per SM. Run on the decode tile, an FP8 prefill (BF16 q,
@@ -261,6 +268,7 @@ struct Sm80Tuning<32> {
   using NarrowCompact = NarrowStream;  // fits every device
   using NarrowFp8Kv = Fp8KvTileConfig<32, 16, 128, 1, 4, 3, 2>;
   using NarrowFp8KvOneCta = NarrowFp8Kv;
+  using NarrowFp8KvPagedSplit = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<32, 64, 128, 4, 2, 3>;
 };
 
@@ -275,6 +283,7 @@ struct Sm80Tuning<64> {
   using NarrowCompact = NarrowStream;  // fits every device
   using NarrowFp8Kv = Fp8KvTileConfig<64, 16, 128, 1, 4, 3, 2>;
   using NarrowFp8KvOneCta = NarrowFp8Kv;
+  using NarrowFp8KvPagedSplit = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<64, 64, 128, 4, 2, 3>;
 };
 
@@ -290,6 +299,7 @@ struct Sm80Tuning<96> {
   // Unused: no FP8 K/V instantiation at D=96 (Fp8KvTile's swizzle).
   using NarrowFp8Kv = Fp8KvTileConfig<96, 16, 64, 1, 4, 3>;
   using NarrowFp8KvOneCta = NarrowFp8Kv;
+  using NarrowFp8KvPagedSplit = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<96, 64, 64, 4, 2, 3>;
 };
 
@@ -328,6 +338,7 @@ struct Sm80Tuning<128> {
   using NarrowFp8Kv = Fp8KvTileD128<64, 4, 3, 2>;
 #endif
   using NarrowFp8KvOneCta = Fp8KvTileD128<256, 1, 3, 8>;
+  using NarrowFp8KvPagedSplit = Fp8KvTileD128<128, 3, 2, 4>;
   using WideFp8Kv = Fp8KvTileConfig<128, 64, 64, 4, 2, 3>;
 };
 
@@ -342,6 +353,7 @@ struct Sm80Tuning<256> {
   using NarrowCompact = NarrowStream;  // fits every device
   using NarrowFp8Kv = Fp8KvTileConfig<256, 16, 32, 1, 4, 3, 2>;
   using NarrowFp8KvOneCta = NarrowFp8Kv;
+  using NarrowFp8KvPagedSplit = NarrowFp8Kv;
   using WideFp8Kv = Fp8KvTileConfig<256, 64, 32, 4, 2, 3>;
 };
 
@@ -480,14 +492,16 @@ inline int sm80_fp8kv_tile_choice() {
 // (sm80_forward.cu), carried to the launch in LaunchArgs.
 enum class Fp8KvChoice : unsigned char {
   kDefault,  // Fp8KvDecodeTile: Sm80Tuning::NarrowFp8Kv
-  kOneCta,   // Sm80Tuning::NarrowFp8KvOneCta: the unsplit grid fits one CTA per SM
+  kOneCta,       // Sm80Tuning::NarrowFp8KvOneCta: the unsplit grid fits one CTA per SM
+  kPagedSplit,   // Sm80Tuning::NarrowFp8KvPagedSplit: paged K/V, few units split over their keys
 };
 
 // fn(Cfg{}) with the FP8 K/V decode tile of head dim kHeadDim for a plain
-// kernel (kPlain) or not: Fp8KvDecodeTile, or a plain kernel's
-// NarrowFp8KvOneCta when `choice` says so, or in an experiments build a
+// kernel (kPlain) or not, over paged K/V (kPaged) or not: Fp8KvDecodeTile,
+// or a plain kernel's NarrowFp8KvOneCta / a plain paged kernel's
+// NarrowFp8KvPagedSplit when `choice` says so, or in an experiments build a
 // plain D=128 kernel's candidate.
-template <int kHeadDim, bool kPlain, class Fn>
+template <int kHeadDim, bool kPlain, bool kPaged, class Fn>
 auto with_fp8kv_decode_tile(Fp8KvChoice choice, Fn&& fn) {
   using Tile = Fp8KvDecodeTile<kHeadDim>;
 #if FMHA_SM80_FP8KV_EXPERIMENTS
@@ -508,6 +522,10 @@ auto with_fp8kv_decode_tile(Fp8KvChoice choice, Fn&& fn) {
   if constexpr (kPlain && !std::is_same<OneCta, Tile>::value) {
     if (choice == Fp8KvChoice::kOneCta) return fn(OneCta{});
   }
+  using PagedSplit = typename Sm80Tuning<kHeadDim>::NarrowFp8KvPagedSplit;
+  if constexpr (kPlain && kPaged && !std::is_same<PagedSplit, Tile>::value) {
+    if (choice == Fp8KvChoice::kPagedSplit) return fn(PagedSplit{});
+  }
   return fn(Tile{});
 }
 
@@ -521,6 +539,7 @@ auto with_fp8kv_decode_tile(Fp8KvChoice choice, Fn&& fn) {
                     Sm80Tuning<D>::NarrowPagedBatch::kHeadDim == D &&                         \
                     Sm80Tuning<D>::NarrowFp8Kv::kHeadDim == D &&                                \
                     Sm80Tuning<D>::NarrowFp8KvOneCta::kHeadDim == D &&                          \
+                    Sm80Tuning<D>::NarrowFp8KvPagedSplit::kHeadDim == D &&                      \
                     Sm80Tuning<D>::WideFp8Kv::kHeadDim == D, \
                 "Sm80Tuning<" #D "> is missing or mis-keyed");
 FMHA_SM80_HEAD_DIMS(FMHA_SM80_TUNED_)

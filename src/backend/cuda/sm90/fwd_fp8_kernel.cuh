@@ -218,33 +218,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
   };
 
+  // Descriptors made warp-uniform after the stage's wait (wgmma.cuh:
+  // UniformDesc): one uniform add per wgmma.
   auto issue_qk = [&](int stage, uint32_t phase) {
-    const uint64_t dk = desc_advance(desc_k, stage * Cfg::kKVBytes);
     mbar_wait(sm.k_full(stage), phase);
     fence_operands(s_flat);
     wgmma_fence();
+    const UniformDesc dk = warp_uniform_desc(desc_advance(desc_k, stage * Cfg::kKVBytes));
+    const UniformDesc dq = warp_uniform_desc(Cfg::kQInRegs ? 0 : desc_q);
 #pragma unroll
     for (int ks = 0; ks < D / 32; ++ks) {
       if constexpr (Cfg::kQInRegs)
-        MmaRsK32<T, T, Cfg::kBlockN>::run(s_flat, qf[ks], desc_advance(dk, ks * 32), ks > 0 ? 1u : 0u);
+        MmaRsK32<T, T, Cfg::kBlockN>::run(s_flat, qf[ks], dk.at(ks * 32), ks > 0 ? 1u : 0u);
       else
-        MmaSsK32<T, Cfg::kBlockN>::run(s_flat, desc_advance(desc_q, ks * 32), desc_advance(dk, ks * 32),
-                                       ks > 0 ? 1u : 0u);
+        MmaSsK32<T, Cfg::kBlockN>::run(s_flat, dq.at(ks * 32), dk.at(ks * 32), ks > 0 ? 1u : 0u);
     }
     wgmma_commit();
   };
   auto issue_pv = [&](int stage, uint32_t phase) {
-    const uint64_t dv = desc_advance(desc_v, stage * Cfg::kVBytes);
     mbar_wait(sm.v_full(stage), phase);
     fence_operands(o_flat);
     wgmma_fence();
-    const uint64_t dv_tail = desc_advance(desc_v_tail, stage * Cfg::kVBytes);
+    const UniformDesc dv = warp_uniform_desc(desc_advance(desc_v, stage * Cfg::kVBytes));
+    const UniformDesc dv_tail = warp_uniform_desc(desc_advance(desc_v_tail, stage * Cfg::kVBytes));
 #pragma unroll
     for (int kk = 0; kk < kKBlocks; ++kk) {
       // k32 step kk: panel kk / 4 of 128 keys, else the 64-key tail panel.
-      const uint64_t b = kk < 4 * Cfg::kVFullPanels
-                             ? desc_advance(dv, Fp8SmemLayout<Cfg>::v_panel(kk / 4) + (kk % 4) * 32)
-                             : desc_advance(dv_tail, (kk - 4 * Cfg::kVFullPanels) * 32);
+      const uint64_t b = kk < 4 * Cfg::kVFullPanels ? dv.at(Fp8SmemLayout<Cfg>::v_panel(kk / 4) + (kk % 4) * 32)
+                                                    : dv_tail.at((kk - 4 * Cfg::kVFullPanels) * 32);
       MmaRsK32<P8, T, D>::run(o_flat, pf[kk], b, 1u);
     }
     wgmma_commit();

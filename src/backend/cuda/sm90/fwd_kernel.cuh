@@ -621,33 +621,35 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                    : "memory");
     }
   };
+  // Each GEMM's descriptors are made warp-uniform (warp_uniform_desc) after
+  // its stage's wait: the k-steps' adds then run in the uniform datapath,
+  // one per wgmma, instead of a 64-bit add and two moves in the vector pipes.
   auto issue_qk = [&](int stage, uint32_t phase) {
-    const uint64_t dk = desc_advance(desc_k, stage * Cfg::kKVBytes);
     mbar_wait(sm.k_full(stage), phase);
     fence_operands(s_flat);
     wgmma_fence();
+    const UniformDesc dk = warp_uniform_desc(desc_advance(desc_k, stage * Cfg::kKVBytes));
+    const UniformDesc dq = warp_uniform_desc(kQInRegs ? 0 : desc_q);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint64_t b = desc_advance(dk, (ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32);
+      const uint64_t b = dk.at((ks / 4) * Cfg::kBlockN * 128 + (ks % 4) * 32);
       if constexpr (kQInRegs)
         MmaRs<T, Cfg::kBlockN, 0>::run(s_flat, qf[ks], b, ks > 0 ? 1u : kAllOps ? s_init : 0u);
       else
-        MmaSs<T, Cfg::kBlockN, 0, 0>::run(
-            s_flat, desc_advance(desc_q, (ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32), b,
-            ks > 0 ? 1u : kAllOps ? s_init : 0u);
+        MmaSs<T, Cfg::kBlockN, 0, 0>::run(s_flat, dq.at((ks / 4) * Cfg::kBlockM * 128 + (ks % 4) * 32), b,
+                                          ks > 0 ? 1u : kAllOps ? s_init : 0u);
     }
     wgmma_commit();
   };
   // O += P V of the stage's V tile: k-step kk reads keys 16 kk.. of every
   // panel (LBO = one panel); committed, not waited for.
   auto issue_pv = [&](int stage, uint32_t phase) {
-    const uint64_t dv = desc_advance(desc_v, stage * Cfg::kKVBytes);
     mbar_wait(sm.v_full(stage), phase);
     fence_operands(o_flat);
     wgmma_fence();
+    const UniformDesc dv = warp_uniform_desc(desc_advance(desc_v, stage * Cfg::kKVBytes));
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
-      MmaRs<T, D, 1>::run(o_flat, pf[kk], desc_advance(dv, kk * 16 * 128), 1u);
+    for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) MmaRs<T, D, 1>::run(o_flat, pf[kk], dv.at(kk * 16 * 128), 1u);
     wgmma_commit();
   };
   // Q of this consumer's 64 rows negated in place (score-ops kernels, a

@@ -68,7 +68,36 @@ __device__ __forceinline__ void fill_ones_tile(unsigned char* tile, int t, int t
 
 // The descriptor of the same layout `bytes` further on (a k-step or panel
 // advance): the start address field is the low 14 bits, in 16-byte units.
-__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+// The add stays in the low word: a shared-memory address (< 256 KB) plus an
+// advance inside it never carries out of the 14-bit field, let alone into
+// bit 32, so this equals the 64-bit add for every valid descriptor, and the
+// high word (SBO, layout type) stays what it was. ptxas then keeps that word
+// where it is and moves only the low one into the uniform register each
+// wgmma takes (the 64-bit add cost an IADD3 + IMAD.X + two IMAD.MOV and two
+// R2UR per wgmma in the key loop).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
+// A descriptor the warp keeps in uniform registers. The wgmma instruction
+// reads its descriptors from uniform registers; a descriptor computed in
+// ordinary registers (a stage's base, which depends on the pipeline state)
+// costs a 64-bit add and two R2UR moves per wgmma. Passed through a warp
+// reduction (REDUX writes a uniform register), the start-address word is
+// uniform as far as ptxas knows, the high word is the layout's constant, and
+// each k-step's or panel's descriptor is one uniform add.
+// Every lane of the warp must take part and hold the same descriptor.
+struct UniformDesc {
+  uint32_t lo, hi;
+  // The descriptor `bytes` further on (as desc_advance).
+  __device__ __forceinline__ uint64_t at(uint32_t bytes) const {
+    return (static_cast<uint64_t>(hi) << 32) | (lo + (bytes >> 4));
+  }
+};
+__device__ __forceinline__ UniformDesc warp_uniform_desc(uint64_t desc) {
+  return {__reduce_or_sync(0xffffffffu, static_cast<uint32_t>(desc)), static_cast<uint32_t>(desc >> 32)};
+}
 
 // Orders this thread's register and shared-memory accesses before the
 // warpgroup's following wgmma reads them (PTX: required before the first
