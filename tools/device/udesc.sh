@@ -13,8 +13,8 @@
 #   4. compare_torch.py --kernels cuda_sm90_ws, new / base / new / base
 #      (groups $CMP_GROUPS, --max-n 16384)
 #   5. bench_cuda --suite fp8kv (FP8 K/V decode rows), new / base / new / base
-# STEPS (default "build,sm90,compare,fp8") picks steps; "gpu" runs the whole
-# test_gpu (236 s) instead.
+# STEPS (default "build,sm90,compare,fp8") picks steps; "gpu" runs test_sm90
+# and the whole test_gpu (~130 s) instead of step 3's groups.
 set -u -o pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # shellcheck source=tools/device/steps.sh
@@ -55,6 +55,7 @@ if has sm90; then
     -tc="cuda_sm90_ws*,sm90 FP8*,descales on cuda_sm90_ws*,a NaN in V reaches exactly the rows that see its key (fmha.h*,key tiles outside*,two runs are bitwise equal,sm80 FP8 K/V*,serving: paged*"
 fi
 if has gpu; then
+  STEP_TIMEOUT=120 step test_sm90 "$logs/test_sm90.log" "$new/tests/test_sm90"
   STEP_TIMEOUT=330 step test_gpu "$logs/test_gpu.log" "$new/tests/test_gpu" --duration=true
   grep -E '^[0-9.]+ s: ' "$logs/test_gpu.log" | sort -rn | head -6 | sed 's/^/    /' >>"$summary"
 fi
