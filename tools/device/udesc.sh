@@ -48,6 +48,7 @@ if has build; then
   step build-base "$logs/build-base2.log" cmake --build "$base" -j16 --target fmha bench_cuda || exit 1
 fi
 benchof() { find "$1" -name bench_cuda -type f -perm -u+x | head -1; }
+build_of() { if [ "$1" = base ]; then echo "$base"; else echo "$new"; fi; }
 
 if has sm90; then
   STEP_TIMEOUT=120 step test_sm90 "$logs/test_sm90.log" "$new/tests/test_sm90"
@@ -62,8 +63,7 @@ fi
 if has compare; then
   for r in 1 2; do
     for which in new base; do
-      d=$new
-      [ $which = base ] && d=$base
+      d=$(build_of $which)
       STEP_TIMEOUT=150 STEP_PATTERN='^B[0-9]+ H|MISMATCH|Error' STEP_LINES=20 step "compare-$which-$r" \
         "$logs/compare-$which-$r.log" python3 "$root/tests/perf/compare_torch.py" --lib "$d/src/libfmha.so" \
         --kernels cuda_sm90_ws --groups "$groups" --max-n 16384 --quiet --json "$logs/compare-$which-$r.jsonl"
@@ -73,8 +73,7 @@ fi
 if has fp8; then
   for r in 1 2; do
     for which in new base; do
-      d=$new
-      [ $which = base ] && d=$base
+      d=$(build_of $which)
       STEP_TIMEOUT=60 STEP_PATTERN='^\| B=' STEP_LINES=20 step "fp8kv-$which-$r" "$logs/fp8kv-$which-$r.log" \
         "$(benchof "$d")" --suite fp8kv --case 'e4m3 K/V|e5m2 K/V'
     done

@@ -239,6 +239,21 @@ sm80::Decode16Choice paged_decode16_choice(const FwdGrid& g, const Shape& shape,
   return g.splits > 1 ? sm80::Decode16Choice::kPagedSplit : sm80::Decode16Choice::kDefault;
 }
 
+// The plain FP8 decode kernel's tile (tile_config.h): NarrowFp8KvOneCta
+// when the unsplit grid fits one CTA per SM, and over paged K/V
+// NarrowFp8KvPagedSplit where that one-CTA grid would split (few units over
+// long keys); else NarrowFp8Kv.
+template <int kD>
+sm80::Fp8KvChoice fp8kv_choice(const Problem& p, const DeviceInfo& dev, int64_t pack) {
+  if (fwd_grid(p, pack, sm80::Fp8KvDecodeTile<kD>::kBlockM).blocks() > static_cast<int64_t>(dev.num_sms))
+    return sm80::Fp8KvChoice::kDefault;
+  if (!p.layout.paged()) return sm80::Fp8KvChoice::kOneCta;
+  const Shape one_cta = shape_for<kD>(true, true, ScoreOps::kNone, true, sm80::Decode16Choice::kDefault,
+                                      sm80::Fp8KvChoice::kOneCta);
+  return grid_for(p, dev, pack, true, one_cta).splits > 1 ? sm80::Fp8KvChoice::kPagedSplit
+                                                          : sm80::Fp8KvChoice::kOneCta;
+}
+
 // Whether the split combine is launched as a programmatic dependent of the
 // forward on sm_90 (split_combine.h): yes, unless the environment variable
 // FMHA_COMBINE_PDL is 0 (read once; an A/B switch of measurements).
@@ -256,11 +271,7 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
   const ScoreOps ops = launch_ops(p);
   const bool instantiated = dispatch_head_dim(p.head_dim, [&](auto head_dim) {
     constexpr int kD = decltype(head_dim)::value;
-    // The plain FP8 decode kernel: NarrowFp8KvOneCta when the unsplit grid
-    // fits one CTA per SM (tile_config.h).
-    if (plan.narrow && fp8_kv && ops == ScoreOps::kNone &&
-        fwd_grid(p, pack, sm80::Fp8KvDecodeTile<kD>::kBlockM).blocks() <= static_cast<int64_t>(dev.num_sms))
-      plan.fp8kv = sm80::Fp8KvChoice::kOneCta;
+    if (plan.narrow && fp8_kv && ops == ScoreOps::kNone) plan.fp8kv = fp8kv_choice<kD>(p, dev, pack);
     if (plan.narrow && !fp8_kv && ops != ScoreOps::kAll) plan.decode16 = decode16_choice<kD>(p, dev);
     plan.shape = shape_for<kD>(plan.narrow, fp8_kv, ops, p.layout.paged(), plan.decode16, plan.fp8kv);
     // The plain paged kernel's tile per grid, at head dims with tiles of
@@ -274,13 +285,6 @@ Plan make_plan(const Problem& p, const DeviceInfo& dev) {
         plan.decode16 = paged_decode16_choice(grid_for(p, dev, pack, true, plan.shape), plan.shape, dev);
         plan.shape = shape_for<kD>(true, false, ops, true, plan.decode16, plan.fp8kv);
       }
-    }
-    // A paged FP8 one-CTA grid that splits (few units over long keys) runs
-    // NarrowFp8KvPagedSplit instead (tile_config.h), with its own splits.
-    if (plan.fp8kv == sm80::Fp8KvChoice::kOneCta && p.layout.paged() &&
-        grid_for(p, dev, pack, true, plan.shape).splits > 1) {
-      plan.fp8kv = sm80::Fp8KvChoice::kPagedSplit;
-      plan.shape = shape_for<kD>(true, true, ops, true, plan.decode16, plan.fp8kv);
     }
   });
   if (!instantiated) return plan;

@@ -90,9 +90,9 @@ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) 
 // Every lane of the warp must take part and hold the same descriptor.
 struct UniformDesc {
   uint32_t lo, hi;
-  // The descriptor `bytes` further on (as desc_advance).
+  // The descriptor `bytes` further on.
   __device__ __forceinline__ uint64_t at(uint32_t bytes) const {
-    return (static_cast<uint64_t>(hi) << 32) | (lo + (bytes >> 4));
+    return desc_advance((static_cast<uint64_t>(hi) << 32) | lo, bytes);
   }
 };
 __device__ __forceinline__ UniformDesc warp_uniform_desc(uint64_t desc) {
