@@ -307,6 +307,10 @@ bool tensor_offsets(const fmha_tensor& t, size_t cap, std::vector<int64_t>* out)
           for (int d = 0; d < 4; ++d)
             if (__builtin_mul_overflow(idx[d], t.strides[d], &term) || __builtin_add_overflow(off, term, &off))
               return false;
+          // Callers scale offsets by an element size (at most 8 bytes): an
+          // offset whose byte distance overflows cannot lie in memory this
+          // harness owns.
+          if (off > INT64_MAX / 8) return false;
           out->push_back(off);
         }
   return true;
