@@ -69,6 +69,7 @@ std::string AttentionCase::name() const {
   s += std::string(" ") + layout_label(layout);
   if (with_lse) s += " lse";
   if (data == Data::kLargeLogits) s += " large-logits";
+  if (data == Data::kRisingLogits) s += " rising-logits";
   return s;
 }
 
@@ -84,6 +85,7 @@ const char* AttentionCase::invalid_reason() const {
   if (!(scale >= 0.f) || !(softcap >= 0.f)) return "scale and softcap must be >= 0";
   if (layout == Layout::kPackedQKV && seq_q != seq_k) return "packed QKV needs seq_q == seq_k";
   if (data == Data::kLargeLogits && head_dim < 2) return "large logits need head_dim >= 2";
+  if (data == Data::kRisingLogits && head_dim < 2) return "rising logits need head_dim >= 2";
   return nullptr;
 }
 
@@ -240,6 +242,22 @@ std::vector<AttentionCase> cases_large_logits() {
   return out;
 }
 
+std::vector<AttentionCase> cases_rising_logits() {
+  std::vector<AttentionCase> out;
+  for (fmha_dtype t : kAllDtypes)
+    for (uint32_t mask : {FMHA_MASK_NONE, kCausalBR}) {
+      // 64 rows: one group of 16 per q[i, 0]; 520 keys: 4 whole blocks and
+      // 8 keys of a fifth, so a kernel's running max jumps on 4 key tiles
+      // after its first. D=128 for the 16-bit dtypes (one key tile of 128
+      // on cuda_sm90_ws), 64 for F32.
+      AttentionCase c = make(t, 1, 1, 1, 64, 520, t == FMHA_DTYPE_F32 ? 64 : 128, mask);
+      c.data = Data::kRisingLogits;
+      c.scale = 0.25f;
+      out.push_back(c);
+    }
+  return out;
+}
+
 std::vector<AttentionCase> cases_softcap_scale() {
   std::vector<AttentionCase> out;
   int n = 0;
@@ -278,6 +296,7 @@ std::vector<CaseGroup> case_matrix() {
       {"fully masked rows", cases_fully_masked_rows()},
       {"empty work", cases_empty()},
       {"large logits", cases_large_logits()},
+      {"rising logits", cases_rising_logits()},
       {"softcap and scale", cases_softcap_scale()},
   };
 }

@@ -30,6 +30,17 @@ enum class Data {
   // [129, 255], k[..., 0] = 160, the other q and k elements in {+-1, +-2},
   // v ~ N(0, 1). Needs head_dim >= 2 and scale = 1/4 for the stated range.
   kLargeLogits,
+  // Logits that jump between blocks of 128 keys (one key tile of most
+  // kernels), so a row's running max moves a long way at once, in steps that
+  // differ by the row's group of 16 (one warp's rows on the tensor-core
+  // kernels): k[..., j, 0] = 128 (j / 128), q[..., i, 0] = {1, 4, 1/2, -1}
+  // by (i / 16) % 4, the other q and k elements in {+-1, +-2}, v ~ N(0, 1).
+  // At scale = 1/4 a block's logits lie 32 q[i, 0] above the last block's
+  // (+32, +128, +16 and -32: moves of 46, 185 and 23 in log2 units, past
+  // what a lazily rescaled softmax absorbs, and one whose maximum stays in
+  // the first block), with O(5) differences inside a block; every product
+  // and sum is exact in FP32 (|logit| < 1100). Needs head_dim >= 2.
+  kRisingLogits,
 };
 
 const char* layout_label(Layout layout);
@@ -90,6 +101,9 @@ std::vector<AttentionCase> cases_fully_masked_rows();
 std::vector<AttentionCase> cases_empty();
 // Data::kLargeLogits, every dtype, with and without causal.
 std::vector<AttentionCase> cases_large_logits();
+// Data::kRisingLogits, every dtype, without a mask and causal, Nk spanning
+// 5 blocks.
+std::vector<AttentionCase> cases_rising_logits();
 // softcap (mild and saturating) and explicit scales.
 std::vector<AttentionCase> cases_softcap_scale();
 

@@ -164,6 +164,8 @@ void PreparedCase::fill_inputs() {
     return rng.below(2) ? -m : m;
   };
   const bool large = case_.data == Data::kLargeLogits;
+  const bool rising = case_.data == Data::kRisingLogits;
+  static constexpr float kRisingQ[4] = {1.f, 4.f, 0.5f, -1.f};  // q[i, 0] by (i / 16) % 4
   struct {
     const View* view;
     const int64_t* dims;
@@ -174,7 +176,12 @@ void PreparedCase::fill_inputs() {
     const int64_t D = t.dims[3];
     for_each_element(t.dims, t.view->strides, t.view->offset, [&](int64_t flat, int64_t offset) {
       float x;
-      if (!large || t.role == 'v') {
+      if (rising && t.role != 'v') {
+        const int64_t row = flat / D % t.dims[2];  // query i or key j
+        if (flat % D != 0) x = small_int();
+        else if (t.role == 'q') x = kRisingQ[row / 16 % 4];
+        else x = 128.f * static_cast<float>(row / 128);
+      } else if (!large || t.role == 'v') {
         x = normal();
       } else if (flat % D != 0) {
         x = small_int();

@@ -223,6 +223,13 @@ TEST_CASE("cpu_tiled: logits around 1e4 neither overflow nor lose accuracy") {
   });
 }
 
+TEST_CASE("cpu_tiled: a running max that jumps by up to 128 nats from one block of keys to the next") {
+  check_cases(ft::cases_rising_logits(), [](const ft::CaseResult& r) {
+    CHECK(r.max_abs_logit > 380);  // the q[i, 0] = 4 rows, last visible block: 384 x 4 / 4 and more
+    CHECK(r.o.all_finite());
+  });
+}
+
 TEST_CASE("cpu_tiled: softcap and explicit scale") { check_cases(ft::cases_softcap_scale()); }
 
 TEST_CASE("cpu_tiled: decode, GQA 32/8 and 8/2, Nq 1..8, keys split, causal and windows") { check_cases(cases_decode()); }

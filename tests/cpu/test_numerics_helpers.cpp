@@ -293,7 +293,9 @@ TEST_CASE("helpers: the case matrix is valid, named uniquely and affordable") {
   // Keeps the float64 reference plus two kernel runs per case around a
   // second in a release build (sanitizer builds run ~10x slower).
   INFO(count, " cases, ", work / 1e6, " M (B*Hq*Nq*Nk*D)");
-  CHECK(work < 1.8e8);  // 1.5e8 before the windows at tensor-core head dims (sm90 runs D >= 64 only)
+  // 1.5e8 before the windows at tensor-core head dims (sm90 runs D >= 64
+  // only), 1.8e8 before the rising logits (~21 M).
+  CHECK(work < 2.0e8);
 }
 
 TEST_CASE("helpers: seeded data is reproducible and differs between cases") {
