@@ -13,6 +13,8 @@
 #   4. compare_torch.py --kernels cuda_sm90_ws, new / base / new / base
 #      (groups $CMP_GROUPS, --max-n 16384)
 #   5. bench_cuda --suite fp8kv (FP8 K/V decode rows), new / base / new / base
+#   6. ("fp8pre") bench_cuda --suite fp8 --n 8192 (cuda_sm90_ws FP8 prefill
+#      against its BF16), new / base / new / base
 # STEPS (default "build,sm90,compare,fp8") picks steps; "gpu" runs test_sm90
 # and the whole test_gpu (~130 s) instead of step 3's groups.
 set -u -o pipefail
@@ -43,7 +45,7 @@ if has build; then
     (cd "$base_src" && git apply -R "$p") || { note "cannot reverse $p"; exit 1; }
   done
   step configure-base "$logs/build-base.log" cmake -S "$base_src" -B "$base" "${common[@]}" -DFMHA_BUILD_TESTS=ON \
-    "-DFMHA_SM90_INSTANCES=f16:64;f16:128;bf16:128;f16:256" \
+    "-DFMHA_SM90_INSTANCES=f16:64;f16:128;bf16:128;f16:256;e4m3:128" \
     "-DFMHA_SM80_INSTANCES=f16:64;f16:128;f16:256;bf16:128;bf16_f8kv:128" || exit 1
   step build-base "$logs/build-base2.log" cmake --build "$base" -j16 --target fmha bench_cuda || exit 1
 fi
@@ -76,6 +78,15 @@ if has fp8; then
       d=$(build_of $which)
       STEP_TIMEOUT=60 STEP_PATTERN='^\| B=' STEP_LINES=20 step "fp8kv-$which-$r" "$logs/fp8kv-$which-$r.log" \
         "$(benchof "$d")" --suite fp8kv --case 'e4m3 K/V|e5m2 K/V'
+    done
+  done
+fi
+if has fp8pre; then
+  for r in 1 2; do
+    for which in new base; do
+      d=$(build_of $which)
+      STEP_TIMEOUT=90 STEP_PATTERN='^\| (fp8|FP8|e4m3|bf16|BF16)' STEP_LINES=12 step "fp8pre-$which-$r" \
+        "$logs/fp8pre-$which-$r.log" "$(benchof "$d")" --suite fp8 --n 8192
     done
   done
 fi
