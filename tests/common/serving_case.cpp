@@ -46,6 +46,7 @@ std::string ServingCase::name() const {
          (k_descale && negative_k_descale ? " negk" : "");
   if (q_exponent != 0) s += " q*2^" + std::to_string(q_exponent);
   if (q_spread) s += " q-spread";
+  if (rising_logits) s += " rising-logits";
   if (bias != BiasPattern::kNone)
     s += std::string(" bias-") +
          (bias == BiasPattern::kFull ? "full" : bias == BiasPattern::kMask ? "mask" : "keypad") + "-" +
@@ -103,6 +104,8 @@ const char* ServingCase::invalid_reason() const {
   if (hidden_nonfinite_v && bias == BiasPattern::kNone) return "hidden_nonfinite_v needs a bias to hide its keys";
   if ((q_exponent != 0 || q_spread) && dtype != FMHA_DTYPE_BF16 && dtype != FMHA_DTYPE_F32)
     return "q_exponent and q_spread need a BF16 or F32 q";
+  if (rising_logits && (q_exponent != 0 || q_spread || head_dim < 2)) return "rising_logits needs a plain q and head_dim >= 2";
+  if (rising_logits && max_of(len_k) > 1024) return "rising_logits: key blocks past 1024 keys leave e4m3's range";
   if (q_exponent < -100 || q_exponent > 100) return "q_exponent must be in [-100, 100]";
   return nullptr;
 }
@@ -350,6 +353,24 @@ std::vector<ServingCase> numerics_case_matrix() {
     c.softcap = mask == kBR ? 0.f : 10.f;
     out.push_back(c);
   }
+  // A running max that jumps by up to 181 nats from one block of 128 keys
+  // to the next (rising_logits): an FP8 cache under a BF16 q, all-FP8
+  // inputs with V transposed (cuda_sm90_ws's FP8 kernel), and an F16 bias.
+  {
+    ServingCase c = make(BF16, E4M3, BF16, 2, 1, 128, {64}, {520}, QLayout::kDense, KvLayout::kDense);
+    c.rising_logits = true;
+    out.push_back(c);
+    c = make(E4M3, E4M3, BF16, 2, 1, 128, {64}, {520}, QLayout::kDense, KvLayout::kDense);
+    c.rising_logits = true;
+    c.v_transposed = true;
+    c.mask_flags = kBR;
+    out.push_back(c);
+    c = make(F16, F16, F16, 2, 1, 128, {64}, {520}, QLayout::kDense, KvLayout::kDense);
+    c.rising_logits = true;
+    c.bias = BiasPattern::kKeyPadding;
+    c.bias_dtype = F16;
+    out.push_back(c);
+  }
   return out;
 }
 
@@ -404,6 +425,10 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
         if (c.q_spread) row_exp += static_cast<int>(rng.uniform() * 49.0) - 24;
         for (int64_t d = 0; d < D; ++d) {
           float x = normal();
+          if (c.rising_logits) {
+            static constexpr float kRisingQ[4] = {4.f, 64.f, 2.f, -4.f};  // by (i / 16) % 4
+            x = d == 0 ? kRisingQ[i / 16 % 4] : (rng.below(2) ? 1.f : 2.f) * (rng.below(2) ? -1.f : 1.f);
+          }
           if (c.q_exponent != 0 || c.q_spread)
             x = round_to_dtype(std::ldexp(x, row_exp - (c.q_spread && d % 4 == 3 ? 40 : 0)), dt);
           store_element(q_.data(), dt, qb * q_strides_[0] + h * q_strides_[1] + (first + i) * q_strides_[2] + d, x);
@@ -488,7 +513,11 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
         for (int64_t d = 0; d < D; ++d) {
           const int64_t at = kb * kv_strides_[0] + h * kv_strides_[1] + kj * kv_strides_[2] + d;
           const int64_t v_at = kb * v_strides_[0] + h * v_strides_[1] + kj * v_strides_[2] + d * v_strides_[3];
-          store_element(k_.data(), kvt, at, normal_as(kvt));
+          float kx = normal_as(kvt);
+          if (c.rising_logits)
+            kx = d == 0 ? 32.f * static_cast<float>(j / 128)
+                        : (rng.below(2) ? 1.f : 2.f) * (rng.below(2) ? -1.f : 1.f);
+          store_element(k_.data(), kvt, at, kx);
           const float x = normal_as(kvt);  // drawn either way: the case's other values stay the same
           store_element(v_.data(), kvt, v_at, !hidden ? x : d % 2 ? nan : std::numeric_limits<float>::infinity());
         }

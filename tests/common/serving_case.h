@@ -74,6 +74,12 @@ struct ServingCase {
   // cuda_sm80_tc's F16 Q K^T over an FP8 cache flushes them).
   int q_exponent = 0;
   bool q_spread = false;
+  // Logits that jump between blocks of 128 keys (attention_case.h's
+  // kRisingLogits, in values FP8 e4m3 holds exactly): k[.., j, 0] =
+  // 32 (j / 128) (j < 1024), q[.., i, 0] = {4, 64, 2, -4} by (i / 16) % 4,
+  // the other q and k elements in {+-1, +-2}: at D=128's default scale a
+  // block's logits lie 11, 181, 6 or -11 nats above the last block's.
+  bool rising_logits = false;
   BiasPattern bias = BiasPattern::kNone;
   fmha_dtype bias_dtype = FMHA_DTYPE_F32;
   int alibi = 0;  // 0 none, 1 [Hq] slopes (stride 0), 2 [B, Hq] slopes (stride Hq + 1)
