@@ -255,6 +255,11 @@ std::vector<AttentionCase> cases_rising_logits() {
       c.scale = 0.25f;
       out.push_back(c);
     }
+  // D=256 (cuda_sm90_ws: key tiles of 80, Q from shared memory), causal.
+  AttentionCase c = make(FMHA_DTYPE_BF16, 1, 1, 1, 64, 520, 256, kCausalBR);
+  c.data = Data::kRisingLogits;
+  c.scale = 0.25f;
+  out.push_back(c);
   return out;
 }
 
