@@ -243,23 +243,22 @@ std::vector<AttentionCase> cases_large_logits() {
 }
 
 std::vector<AttentionCase> cases_rising_logits() {
+  // 64 rows: one group of 16 per q[i, 0]; 520 keys: 4 whole blocks and 8
+  // keys of a fifth, so a kernel's running max jumps on 4 key tiles after
+  // its first.
+  auto rising = [](fmha_dtype t, int64_t d, uint32_t mask) {
+    AttentionCase c = make(t, 1, 1, 1, 64, 520, d, mask);
+    c.data = Data::kRisingLogits;
+    c.scale = 0.25f;
+    return c;
+  };
   std::vector<AttentionCase> out;
+  // D=128 for the 16-bit dtypes (one key tile of 128 on cuda_sm90_ws), 64
+  // for F32.
   for (fmha_dtype t : kAllDtypes)
-    for (uint32_t mask : {FMHA_MASK_NONE, kCausalBR}) {
-      // 64 rows: one group of 16 per q[i, 0]; 520 keys: 4 whole blocks and
-      // 8 keys of a fifth, so a kernel's running max jumps on 4 key tiles
-      // after its first. D=128 for the 16-bit dtypes (one key tile of 128
-      // on cuda_sm90_ws), 64 for F32.
-      AttentionCase c = make(t, 1, 1, 1, 64, 520, t == FMHA_DTYPE_F32 ? 64 : 128, mask);
-      c.data = Data::kRisingLogits;
-      c.scale = 0.25f;
-      out.push_back(c);
-    }
+    for (uint32_t mask : {FMHA_MASK_NONE, kCausalBR}) out.push_back(rising(t, t == FMHA_DTYPE_F32 ? 64 : 128, mask));
   // D=256 (cuda_sm90_ws: key tiles of 80, Q from shared memory), causal.
-  AttentionCase c = make(FMHA_DTYPE_BF16, 1, 1, 1, 64, 520, 256, kCausalBR);
-  c.data = Data::kRisingLogits;
-  c.scale = 0.25f;
-  out.push_back(c);
+  out.push_back(rising(FMHA_DTYPE_BF16, 256, kCausalBR));
   return out;
 }
 

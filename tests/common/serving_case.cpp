@@ -356,17 +356,18 @@ std::vector<ServingCase> numerics_case_matrix() {
   // A running max that jumps by up to 181 nats from one block of 128 keys
   // to the next (rising_logits): an FP8 cache under a BF16 q, all-FP8
   // inputs with V transposed (cuda_sm90_ws's FP8 kernel), and an F16 bias.
+  auto rising = [&](fmha_dtype q, fmha_dtype kv, fmha_dtype o) {
+    ServingCase c = make(q, kv, o, 2, 1, 128, {64}, {520}, QLayout::kDense, KvLayout::kDense);
+    c.rising_logits = true;
+    return c;
+  };
+  out.push_back(rising(BF16, E4M3, BF16));
   {
-    ServingCase c = make(BF16, E4M3, BF16, 2, 1, 128, {64}, {520}, QLayout::kDense, KvLayout::kDense);
-    c.rising_logits = true;
-    out.push_back(c);
-    c = make(E4M3, E4M3, BF16, 2, 1, 128, {64}, {520}, QLayout::kDense, KvLayout::kDense);
-    c.rising_logits = true;
+    ServingCase c = rising(E4M3, E4M3, BF16);
     c.v_transposed = true;
     c.mask_flags = kBR;
     out.push_back(c);
-    c = make(F16, F16, F16, 2, 1, 128, {64}, {520}, QLayout::kDense, KvLayout::kDense);
-    c.rising_logits = true;
+    c = rising(F16, F16, F16);
     c.bias = BiasPattern::kKeyPadding;
     c.bias_dtype = F16;
     out.push_back(c);
@@ -391,6 +392,10 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
     }
   };
   auto normal = [&] { return normal_as(dt); };
+  auto small_int = [&] {  // +-1 or +-2 (the draws in a fixed order)
+    const float m = rng.below(2) ? 1.f : 2.f;
+    return rng.below(2) ? -m : m;
+  };
   auto alloc_as = [&](std::vector<unsigned char>& buf, int64_t elements, fmha_dtype t) {
     buf.assign(static_cast<size_t>(std::max<int64_t>(elements, 1)) * dtype_bytes(t), 0);
     for (int64_t e = 0; e < std::max<int64_t>(elements, 1); ++e) store_element(buf.data(), t, e, nan);
@@ -427,7 +432,7 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
           float x = normal();
           if (c.rising_logits) {
             static constexpr float kRisingQ[4] = {4.f, 64.f, 2.f, -4.f};  // by (i / 16) % 4
-            x = d == 0 ? kRisingQ[i / 16 % 4] : (rng.below(2) ? 1.f : 2.f) * (rng.below(2) ? -1.f : 1.f);
+            x = d == 0 ? kRisingQ[i / 16 % 4] : small_int();
           }
           if (c.q_exponent != 0 || c.q_spread)
             x = round_to_dtype(std::ldexp(x, row_exp - (c.q_spread && d % 4 == 3 ? 40 : 0)), dt);
@@ -515,8 +520,7 @@ PreparedServingCase::PreparedServingCase(const ServingCase& c, uint64_t base) : 
           const int64_t v_at = kb * v_strides_[0] + h * v_strides_[1] + kj * v_strides_[2] + d * v_strides_[3];
           float kx = normal_as(kvt);
           if (c.rising_logits)
-            kx = d == 0 ? 32.f * static_cast<float>(j / 128)
-                        : (rng.below(2) ? 1.f : 2.f) * (rng.below(2) ? -1.f : 1.f);
+            kx = d == 0 ? 32.f * static_cast<float>(j / 128) : small_int();
           store_element(k_.data(), kvt, at, kx);
           const float x = normal_as(kvt);  // drawn either way: the case's other values stay the same
           store_element(v_.data(), kvt, v_at, !hidden ? x : d % 2 ? nan : std::numeric_limits<float>::infinity());

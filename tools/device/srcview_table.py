@@ -33,7 +33,7 @@ def read_rows(path):
         lines = [line for line in f if not line.startswith("==")]
     rows = list(csv.reader(lines))
     for i, row in enumerate(rows):
-        if any("Address" in c for c in row) and any(c.strip() == "Source" or "Source" in c for c in row):
+        if any("Address" in c for c in row) and any("Source" in c for c in row):
             return row, rows[i + 1:]
     sys.exit(f"{path}: no header row with Address and Source columns")
 
@@ -44,10 +44,10 @@ def main():
     ap.add_argument("--top", type=int, default=40)
     a = ap.parse_args()
     header, body = read_rows(a.csv)
-    col = {name: i for i, name in enumerate(header)}
     addr_i = next(i for i, n in enumerate(header) if "Address" in n)
-    src_i = next(i for i, n in enumerate(header) if n.strip() == "Source") if "Source" in col else \
-        next(i for i, n in enumerate(header) if "Source" in n)
+    # The instruction column: "Source" itself, else the first that names it.
+    src_i = next((i for i, n in enumerate(header) if n.strip() == "Source"),
+                 next(i for i, n in enumerate(header) if "Source" in n))
     samp_i = next((i for i, n in enumerate(header) if "Stall Sampling (All" in n),
                   next((i for i, n in enumerate(header) if "Sampl" in n), None))
     if samp_i is None:
