@@ -38,15 +38,34 @@ struct KernelNumerics {
 // without naming a numerics feature ("FP8 q is not run", "does not run
 // dtype F32", "o in another dtype than q is not run"). cuda_sm90_ws runs
 // FP8 only as q, k and v all of one FP8 dtype with V stored transposed
-// (v.strides[2] = 1) and o F16/BF16 (test_gpu_sm90_fp8.cpp), which no case
-// of the shared matrices is: for them its fp8 and mixed stay false, and its
-// reasons name a dtype ("does not run dtype ...") or mixed dtypes.
+// (v.strides[2] = 1), o F16/BF16 and no bias or ALiBi (its FP8 kernel,
+// test_gpu_sm90_fp8.cpp; runs_fp8_prefill): for the other FP8 cases its fp8
+// and mixed stay false, and its reasons name a dtype ("does not run dtype
+// ...") or mixed dtypes.
 inline constexpr KernelNumerics kKernelNumerics[] = {
     //  kernel           fp8    mixed  descale bias   alibi  descale_fp8_kv bias_16bit_kv
     {"cuda_sm90_ws", false, false, true, true, true},
     {"cuda_sm80_tc", true, true, false, true, true, true, true},
     {"cuda_generic", true, true, true, true, true},
 };
+
+inline bool is_fp8(fmha_dtype t) { return t == FMHA_DTYPE_F8E4M3 || t == FMHA_DTYPE_F8E5M2; }
+
+// Whether `c` is the one FP8 problem cuda_sm90_ws's FP8 prefill kernel runs:
+// q, k and v of one FP8 dtype, V stored transposed, o F16/BF16, no bias or
+// ALiBi (descales fold into its score factor and O).
+inline bool is_sm90_fp8_prefill(const fmha_test::ServingCase& c) {
+  return is_fp8(c.dtype) && c.k_type() == c.dtype && c.v_transposed &&
+         (c.o_type() == FMHA_DTYPE_F16 || c.o_type() == FMHA_DTYPE_BF16) && c.bias == fmha_test::BiasPattern::kNone &&
+         c.alibi == 0;
+}
+
+// Whether `kernel` rounds P to FP8 for its P V product on case `c` (so its
+// bound is kToleranceFp8P, not o's dtype alone). The automatic choice may
+// pick such a kernel.
+inline bool rounds_p_to_fp8(const std::string& kernel, const fmha_test::ServingCase& c) {
+  return (kernel == "cuda_sm90_ws" || kernel.empty()) && is_sm90_fp8_prefill(c);
+}
 
 inline bool runs_descale_with_fp8_kv(const std::string& kernel) {
   for (const KernelNumerics& k : kKernelNumerics)
@@ -74,11 +93,10 @@ inline bool runs_feature(const std::string& kernel, NumericsFeature f) {
   return false;
 }
 
-inline bool is_fp8(fmha_dtype t) { return t == FMHA_DTYPE_F8E4M3 || t == FMHA_DTYPE_F8E5M2; }
-
 // Whether `kernel` runs every numerics feature serving case `c` uses (it
 // may still decline c for another reason: a dtype, head dim or layout).
 inline bool runs_numerics_of(const std::string& kernel, const fmha_test::ServingCase& c) {
+  if (kernel == "cuda_sm90_ws" && is_sm90_fp8_prefill(c)) return true;
   const bool fp8 = is_fp8(c.dtype) || is_fp8(c.k_type());
   const bool mixed = c.k_type() != c.dtype || c.o_type() != c.dtype;
   const bool descale = c.q_descale || c.k_descale || c.v_descale;

@@ -53,6 +53,11 @@ struct OnlineSoftmax {
       for (int a = 0; a < w; ++a) acc[a] = fmaxf(acc[a], acc[a + w]);
     return acc[0];
   }
+  // The max over the 4 lanes of a quad (one row).
+  __device__ __forceinline__ static float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  }
   __device__ __forceinline__ static float exp_row(float (&s)[kMSlices][kNTiles][4], int ms, int hh, float c,
                                                   float base) {
     float acc[kLanes];
@@ -107,9 +112,7 @@ struct OnlineSoftmax {
     for (int ms = 0; ms < kMSlices; ++ms)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float x = fmaxf(m[ms][hh], row_max(s, ms, hh));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+        const float x = quad_max(fmaxf(m[ms][hh], row_max(s, ms, hh)));
         mx[ms][hh] = x;
         // m = -inf, x finite: +inf > threshold; both -inf: NaN, false.
         grow |= (x - m[ms][hh]) * c > kRescaleLog2;
@@ -135,6 +138,107 @@ struct OnlineSoftmax {
         l[ms][hh] += exp_row(s, ms, hh, c, base);
       }
     return any;
+  }
+
+  // Whether some row of the warp has seen no key yet (m = -inf): step_speculative
+  // needs a finite reference in every row (warp-uniform).
+  __device__ __forceinline__ bool any_unseen() const {
+    bool u = false;
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) u |= m[ms][hh] == kNegInf;
+    return __any_sync(0xffffffffu, u);
+  }
+
+  // step() with the exponentials taken against the reference max m before
+  // the tile's max is known, so they start as soon as the scores are there
+  // instead of after the row max, its quad shuffles and the vote (the path
+  // between "S ready" and the first ex2 in step()). Every row's m must be
+  // finite (!any_unseen()). The result stands while no p exceeds
+  // 2^kRescaleLog2, which holds wherever the lane's row sums stay below it
+  // (p >= 0), so the warp votes on its sums: no max at all on that path.
+  // Otherwise (rare: some row's max grew by more than kRescaleLog2, or a sum
+  // reached the bound without any p doing so) the rows' maxima come from p
+  // (max p = 2^((max s - m) c)); where a row's exceeds 1 its reference moves
+  // up by log2 max p and its p, its sum and alpha are scaled by
+  // 2^((m - m') c), the same state step() reaches with m' the exact max (any
+  // reference gives the same O and lse). Only a p that overflowed (the max
+  // grew by ~2^128 in one tile: logits ~88 apart) cannot be scaled back:
+  // then kRedo, with the state untouched and s lost; the caller recomputes
+  // the scores and calls step().
+  enum SpecResult { kKept, kMoved, kRedo };
+  __device__ __forceinline__ SpecResult step_speculative(float (&s)[kMSlices][kNTiles][4], float c,
+                                                        float (&alpha)[kMSlices][2]) {
+    constexpr float kBound = static_cast<float>(1u << static_cast<int>(kRescaleLog2));  // 2^kRescaleLog2
+    float base[kMSlices][2], lt[kMSlices][2];
+    bool over = false;
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        base[ms][hh] = m[ms][hh] * c;
+        lt[ms][hh] = exp_row(s, ms, hh, c, base[ms][hh]);
+        over |= lt[ms][hh] > kBound;
+        alpha[ms][hh] = 1.f;
+      }
+    bool moved = false;
+    if (__any_sync(0xffffffffu, over)) {
+      float pm[kMSlices][2];
+      bool grow = false, lost = false;
+#pragma unroll
+      for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float x = quad_max(row_max(s, ms, hh));
+          pm[ms][hh] = x;
+          grow |= x > kBound;
+          lost |= x == -kNegInf;  // +inf: a p overflowed
+        }
+      if (__any_sync(0xffffffffu, lost)) return kRedo;
+      moved = __any_sync(0xffffffffu, grow);
+      if (moved) {
+#pragma unroll
+        for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            float f = 1.f;  // where the row's max stays below m: m' = max(m, tile max) = m
+            if (pm[ms][hh] > 1.f) {
+              m[ms][hh] = (base[ms][hh] + fast_log2(pm[ms][hh])) / c;
+              // The factor from the new m as every later tile computes its
+              // reference (m c), so O, l and p share one reference exactly.
+              f = fast_exp2(base[ms][hh] - m[ms][hh] * c);
+            }
+            alpha[ms][hh] = f;
+            l[ms][hh] *= f;
+            lt[ms][hh] *= f;
+#pragma unroll
+            for (int i = 0; i < 2 * kNTiles; ++i) s[ms][i / 2][2 * hh + i % 2] *= f;
+          }
+      }
+    }
+#pragma unroll
+    for (int ms = 0; ms < kMSlices; ++ms)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) l[ms][hh] += lt[ms][hh];
+    return moved ? kMoved : kKept;
+  }
+
+  // A steady key tile's step, the scores' transforms (mask, softcap: a
+  // callable on s) still to apply: step_speculative unless some row of the
+  // warp has seen no key yet (`unseen`, any_unseen() voted before the scores
+  // arrived), and for its rare kRedo the scores again (`recompute`) and
+  // step(). Returns whether alpha moved (as step()).
+  template <class Transform, class Recompute>
+  __device__ __forceinline__ bool step_steady(float (&s)[kMSlices][kNTiles][4], float c, float (&alpha)[kMSlices][2],
+                                              bool unseen, Transform&& transform, Recompute&& recompute) {
+    transform();
+    if (unseen) return step(s, c, alpha);
+    const SpecResult r = step_speculative(s, c, alpha);
+    if (r != kRedo) return r == kMoved;
+    recompute();
+    transform();
+    return step(s, c, alpha);
   }
 
   __device__ __forceinline__ static void rescale(float (&o)[kMSlices][kDTiles][4], const float (&alpha)[kMSlices][2]) {

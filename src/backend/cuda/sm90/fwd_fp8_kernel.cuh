@@ -151,13 +151,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // e4m3 x T MMA.
   using P8 = __nv_fp8_e4m3;
   using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
+  // Steady key tiles take the speculative softmax step (fwd_kernel.cuh's
+  // kSpeculate; its redo reads Q and the K stage again, so each warp
+  // releases the K stage after its step and Q stays until the tile's last).
+  constexpr bool kSpeculate = FMHA_SM90_FP8_SPECULATE != 0;
   extern __shared__ unsigned char smem_raw[];
   const Fp8SmemLayout<Cfg> sm{
       reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    init_ring_barriers<Cfg>(sm);
+    init_ring_barriers<Cfg>(sm, kSpeculate ? 4 : 1);
     mbar_init_fence();
   }
   __syncthreads();
@@ -204,13 +208,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // lane l's piece row l / 4, bytes 4 (l % 4) .. + 3, i.e. a0..a3 of the
   // m64nNk32 A layout (fp8_fragment.cuh).
   uint32_t qf[Cfg::kQInRegs ? D / 32 : 1][4];
-  auto load_q_regs = [&] {
+  auto q_frag_addr = [&](int ks) {
     const int r = warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
-    const uint32_t q_rows = static_cast<uint32_t>(__cvta_generic_to_shared(sm.q() + cw * 64 * 128));
+    const int chunk = ks * 2 + lane / 16;
+    return static_cast<uint32_t>(__cvta_generic_to_shared(sm.q() + cw * 64 * 128)) + r * 128 +
+           ((chunk ^ (r % 8)) << 4);
+  };
+  auto load_q_regs = [&] {
 #pragma unroll
     for (int ks = 0; ks < D / 32; ++ks) {
-      const int chunk = ks * 2 + lane / 16;
-      const uint32_t addr = q_rows + r * 128 + ((chunk ^ (r % 8)) << 4);
+      const uint32_t addr = q_frag_addr(ks);
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(qf[ks][0]), "=r"(qf[ks][1]), "=r"(qf[ks][2]), "=r"(qf[ks][3])
                    : "r"(addr)
@@ -249,6 +256,29 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       MmaRsK32<P8, T, D>::run(o_flat, pf[kk], b, 1u);
     }
     wgmma_commit();
+  };
+  // The K stage's release (fwd_kernel.cuh's release_k).
+  auto release_k = [&](int stage) {
+    if constexpr (kSpeculate) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sm.k_empty(stage));
+    } else if (leader) {
+      mbar_arrive(sm.k_empty(stage));
+    }
+  };
+  // This warp's scores against the stage's K tile again, by mma.sync m16n8k32
+  // (warp_scores.cuh), Q's fragments from registers or, read as
+  // load_q_regs reads them, from the Q tile.
+  auto recompute_s = [&](int stage) {
+    const uint32_t kb = static_cast<uint32_t>(__cvta_generic_to_shared(sm.k(stage)));
+    warp_scores<T, D / 32, kNTiles, !Cfg::kQInRegs>(s, kb, Cfg::kBlockN * 128, lane, [&](int ks, uint32_t(&a)[4]) {
+      if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = qf[ks][i];
+      } else {
+        sm80::ldmatrix_x4(a, q_frag_addr(ks));
+      }
+    });
   };
   auto pack_p = [&] {
 #pragma unroll
@@ -366,7 +396,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const bool softcapped = p.softcap_out != 0.f;
     const bool negate = !softcapped && qk < 0.f;
     const float c = softcapped ? p.score_log2 : p.score_log2 * fabsf(qk);
-    auto score = [&](int t) {
+    // Key tile t's transforms on s (the sign, softcap, the mask).
+    auto transform = [&](int t) {
       fence_operands(s_flat);
       if (negate) {
 #pragma unroll
@@ -375,7 +406,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
       if (!tw.kt.unmasked(n0, n0 + Cfg::kBlockN)) ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
+    };
+    auto score = [&](int t) {
+      transform(t);
       return softmax.step(s, c, alpha);
+    };
+    // A steady key tile's score() and the stage's release (fwd_kernel.cuh's
+    // score_steady).
+    auto score_steady = [&](int t, int stage, bool unseen) {
+      if constexpr (!kSpeculate) {
+        release_k(stage);
+        return score(t);
+      }
+      const bool moved =
+          softmax.step_steady(s, c, alpha, unseen, [&] { transform(t); }, [&] { recompute_s(stage); });
+      release_k(stage);
+      return moved;
     };
     auto release_q = [&] {
       if (leader) mbar_arrive(sm.q_empty());
@@ -395,9 +441,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       issue_qk(st.stage, st.phase);
       turn_pass();
       wgmma_wait<0>();
-      if (leader) mbar_arrive(sm.k_empty(st.stage));
       if (kReleaseQAfterQk && t_begin + 1 == t_end) release_q();
+      if constexpr (!kSpeculate) release_k(st.stage);
       score(t_begin);
+      if constexpr (kSpeculate) release_k(st.stage);
       pack_p();
       PipeState<Cfg::kStages> prev = st;
       st.advance();
@@ -405,6 +452,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // (Each branch issues, waits and touches o in its own order, as in
         // fwd_kernel.cuh.)
         const bool guard = needs_guard(tw, t - 1, prev);
+        const bool unseen = kSpeculate && softmax.any_unseen();
         turn_wait();
         issue_qk(st.stage, st.phase);
         if (guard) {
@@ -416,9 +464,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           turn_pass();
           wgmma_wait<1>();
         }
-        if (leader) mbar_arrive(sm.k_empty(st.stage));
-        if (kReleaseQAfterQk && t + 1 == t_end) release_q();
-        const bool moved = score(t);
+        if (kReleaseQAfterQk && !kSpeculate && t + 1 == t_end) release_q();
+        const bool moved = score_steady(t, st.stage, unseen);
+        // With kSpeculate Q stays until the tile's last step (its redo reads
+        // Q); the warpgroup's barrier orders every warp's reads before the
+        // leader's release.
+        if (kReleaseQAfterQk && kSpeculate && t + 1 == t_end) {
+          named_sync(1 + cw, 128);
+          release_q();
+        }
         wgmma_wait<0>();
         fence_operands(o_flat);
         if (leader) mbar_arrive(sm.v_empty(prev.stage));

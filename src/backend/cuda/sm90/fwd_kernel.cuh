@@ -43,6 +43,7 @@
 #include "backend/cuda/sm90/barrier.cuh"
 #include "backend/cuda/sm90/tile_config.h"
 #include "backend/cuda/sm90/tma.cuh"
+#include "backend/cuda/sm90/warp_scores.cuh"
 #include "backend/cuda/sm90/wgmma.cuh"
 #include "core/key_tiles.h"
 
@@ -66,6 +67,15 @@ struct FwdMaps {
   int bias_rows;
   int bias_ahead;  // staged bias: key tiles ahead of the next load prefetched into L2 (0: none)
 };
+
+// The speculative softmax step on steady key tiles (fwd_kernel below,
+// kSpeculate; fwd_fp8_kernel.cuh: FMHA_SM90_FP8_SPECULATE): 1 by default.
+#ifndef FMHA_SM90_SPECULATE
+#define FMHA_SM90_SPECULATE 1
+#endif
+#ifndef FMHA_SM90_FP8_SPECULATE
+#define FMHA_SM90_FP8_SPECULATE FMHA_SM90_SPECULATE
+#endif
 
 // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile of 128-byte
 // panels (Q or O), in either kernel's layout.
@@ -103,15 +113,15 @@ __device__ __forceinline__ void o_to_panels(const float (&o)[1][kDTiles][4], uns
 // The Q barriers and the K/V ring's full and empty barriers of either
 // kernel's layout (one thread, before mbar_init_fence): the copy engine
 // completes a full barrier, each consumer warpgroup arrives once on an
-// empty one.
+// empty one (or each of its warps: k_empty_arrivals per consumer).
 template <class Cfg, class Layout>
-__device__ void init_ring_barriers(const Layout& sm) {
+__device__ void init_ring_barriers(const Layout& sm, int k_empty_arrivals = 1) {
   mbar_init(sm.q_full(), 1);
   mbar_init(sm.q_empty(), Cfg::kConsumers);
   for (int s = 0; s < Cfg::kStages; ++s) {
     mbar_init(sm.k_full(s), 1);
     mbar_init(sm.v_full(s), 1);
-    mbar_init(sm.k_empty(s), Cfg::kConsumers);
+    mbar_init(sm.k_empty(s), Cfg::kConsumers * k_empty_arrivals);
     mbar_init(sm.v_empty(s), Cfg::kConsumers);
   }
 }
@@ -544,13 +554,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int kNTiles = Cfg::kBlockN / 8;
   constexpr int kDTiles = D / 8;
   using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
+  // The plain kernel with Q in registers exponentiates each steady key tile
+  // against the running reference max before the tile's max is known
+  // (OnlineSoftmax::step_speculative); its rare redo recomputes a warp's
+  // scores from Q's registers and the K stage (recompute_s below), so each
+  // warp releases the K stage itself, after its softmax step.
+  // -DFMHA_SM90_SPECULATE=0 in CMAKE_CUDA_FLAGS: the old step on every tile
+  // (an A/B in one tree).
+  constexpr bool kSpeculate = FMHA_SM90_SPECULATE != 0 && !kScoreOps && Cfg::kConsumers == 2;
   extern __shared__ unsigned char smem_raw[];
   const SmemLayout<Cfg> sm{
       reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023})};
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    init_ring_barriers<Cfg>(sm);
+    init_ring_barriers<Cfg>(sm, kSpeculate ? 4 : 1);
     if constexpr (kAllOps)
       for (int s = 0; s < Cfg::kBiasStages; ++s)
         for (int c = 0; c < Cfg::kConsumers; ++c) {
@@ -605,16 +623,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // With kQInRegs, Q's A fragments (m16n8k16 layout, as P's): qf[ks] holds
   // the warp's 16 rows at columns 16 ks .. 16 ks + 15.
   uint32_t qf[kQInRegs ? D / 16 : 1][4];
-  auto load_q_regs = [&] {
-    // ldmatrix x4: lane l addresses row (l % 8) + 8 ((l / 8) % 2) of the
-    // warp's 16 and the 8 columns (l / 16) * 8 on from the k-step's start;
-    // the four 8x8 matrices come back as a0..a3 of the fragment.
+  // ldmatrix x4 of k-step ks of the warp's Q rows: lane l addresses row
+  // (l % 8) + 8 ((l / 8) % 2) of the warp's 16 and the 8 columns (l / 16) * 8
+  // on from the k-step's start; the four 8x8 matrices come back as a0..a3 of
+  // the fragment.
+  auto q_frag_addr = [&](int ks) {
     const int r = warp * 16 + (lane % 8) + 8 * ((lane / 8) % 2);
+    const int chunk = (ks % 4) * 2 + lane / 16;
+    return static_cast<uint32_t>(__cvta_generic_to_shared(SmemLayout<Cfg>::rows(sm.q(), cw, ks / 4))) + r * 128 +
+           ((chunk ^ (r % 8)) << 4);
+  };
+  auto load_q_regs = [&] {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const int chunk = (ks % 4) * 2 + lane / 16;
-      const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(SmemLayout<Cfg>::rows(sm.q(), cw, ks / 4))) +
-                            r * 128 + ((chunk ^ (r % 8)) << 4);
+      const uint32_t addr = q_frag_addr(ks);
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(qf[ks][0]), "=r"(qf[ks][1]), "=r"(qf[ks][2]), "=r"(qf[ks][3])
                    : "r"(addr)
@@ -651,6 +673,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) MmaRs<T, D, 1>::run(o_flat, pf[kk], dv.at(kk * 16 * 128), 1u);
     wgmma_commit();
+  };
+  // The K stage's release: by the warpgroup's leader once its Q K^T is
+  // done, or, with kSpeculate, by each warp after its softmax step (whose
+  // redo reads the stage again).
+  auto release_k = [&](int stage) {
+    if constexpr (kSpeculate) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sm.k_empty(stage));
+    } else if (leader) {
+      mbar_arrive(sm.k_empty(stage));
+    }
+  };
+  // S of this warp's 16 rows against the stage's K tile again, by mma.sync
+  // from Q's registers (warp_scores.cuh): the rare redo of step_speculative.
+  auto recompute_s = [&](int stage) {
+    const uint32_t kb = static_cast<uint32_t>(__cvta_generic_to_shared(sm.k(stage)));
+    if constexpr (kQInRegs) {
+      warp_scores<T, D / 16>(s, kb, Cfg::kBlockN * 128, lane, [&](int ks, uint32_t(&a)[4]) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = qf[ks][i];
+      });
+    } else {  // Q's fragments from the Q tile, as load_q_regs reads them (rolled)
+      warp_scores<T, D / 16, kNTiles, true>(s, kb, Cfg::kBlockN * 128, lane,
+                                            [&](int ks, uint32_t(&a)[4]) { sm80::ldmatrix_x4(a, q_frag_addr(ks)); });
+    }
   };
   // Q of this consumer's 64 rows negated in place (score-ops kernels, a
   // negative q/k descale: `flip` in the tile loop): every 16-bit element's
@@ -920,8 +967,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       else
         alibi_only(t, true);
     };
-    // Scores of key tile t -> probabilities (in s) and the O rescale factor.
-    auto score = [&](int t) {
+    // Key tile t's score transforms (softcap, bias, ALiBi, the mask) on s.
+    auto transform = [&](int t) {
       fence_operands(s_flat);
       if (softcapped) ScoreMask<1, kNTiles>::softcap(s, p.softcap_in * qk, p.softcap_out);
       const int n0 = t * Cfg::kBlockN;
@@ -937,7 +984,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if constexpr (kServing) ScoreMask<1, kNTiles>::apply(s, p, tw.len_k(p), tw.diag(p), row0, n0, lane);
         else ScoreMask<1, kNTiles>::apply(s, p, row0, n0, lane);
       }
+    };
+    // Scores of key tile t -> probabilities (in s) and the O rescale factor.
+    auto score = [&](int t) {
+      transform(t);
       return softmax.step(s, c, alpha);
+    };
+    // score() of a steady key tile t in stage `stage` (kSpeculate: the
+    // speculative step unless some row of the warp has seen no key yet
+    // (`unseen`, voted before the scores arrive), its redo from recomputed
+    // scores), then the stage's release.
+    auto score_steady = [&](int t, int stage, bool unseen) {
+      if constexpr (!kSpeculate) {
+        release_k(stage);
+        return score(t);
+      }
+      const bool moved =
+          softmax.step_steady(s, c, alpha, unseen, [&] { transform(t); }, [&] { recompute_s(stage); });
+      release_k(stage);
+      return moved;
     };
     // With a separate O buffer, Q is free after the tile's last Q K^T;
     // otherwise after the O store has read it (below).
@@ -978,9 +1043,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       issue_qk(st.stage, st.phase);
       turn_pass();
       wgmma_wait<0>();
-      if (leader) mbar_arrive(sm.k_empty(st.stage));
       if (kReleaseQAfterQk && t_begin + 1 == t_end) release_q();
+      if constexpr (!kSpeculate) release_k(st.stage);
       score(t_begin);  // O is still 0: nothing to rescale
+      if constexpr (kSpeculate) release_k(st.stage);
       pack_p();
       if (t_begin + 1 < t_end) preload(t_begin + 1);
       PipeState<Cfg::kStages> prev = st;
@@ -993,6 +1059,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         // and touches o in its own order: ptxas serializes every wgmma of the
         // kernel if any path could read o while a P V is in flight.)
         const bool guard = needs_guard(tw, t - 1, prev);
+        const bool unseen = kSpeculate && softmax.any_unseen();
         turn_wait();
         issue_qk(st.stage, st.phase);
         if (guard) {
@@ -1004,9 +1071,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           turn_pass();
           wgmma_wait<1>();
         }
-        if (leader) mbar_arrive(sm.k_empty(st.stage));
-        if (kReleaseQAfterQk && t + 1 == t_end) release_q();
-        const bool moved = score(t);
+        if (kReleaseQAfterQk && !kSpeculate && t + 1 == t_end) release_q();
+        const bool moved = score_steady(t, st.stage, unseen);
+        // With kSpeculate Q stays until the tile's last step (its redo may
+        // read Q); the warpgroup's barrier orders every warp's reads before
+        // the leader's release.
+        if (kReleaseQAfterQk && kSpeculate && t + 1 == t_end) {
+          named_sync(1 + cw, 128);
+          release_q();
+        }
         wgmma_wait<0>();
         fence_operands(o_flat);
         if (leader) mbar_arrive(sm.v_empty(prev.stage));
