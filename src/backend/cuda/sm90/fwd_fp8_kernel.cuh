@@ -152,9 +152,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   using P8 = __nv_fp8_e4m3;
   using Softmax = OnlineSoftmax<1, kNTiles, kDTiles>;
   // Steady key tiles take the speculative softmax step (fwd_kernel.cuh's
-  // kSpeculate; its redo reads Q again, and K's rows from global memory, so
-  // Q stays until the tile's last step and the K stage goes back as soon as
-  // the tile's Q K^T is done).
+  // kSpeculate; its redo reads Q and the K stage again, so each warp
+  // releases the K stage after its step and Q stays until the tile's last).
   constexpr bool kSpeculate = FMHA_SM90_FP8_SPECULATE != 0;
   extern __shared__ unsigned char smem_raw[];
   const Fp8SmemLayout<Cfg> sm{
@@ -162,7 +161,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    init_ring_barriers<Cfg>(sm);
+    init_ring_barriers<Cfg>(sm, kSpeculate ? 4 : 1);
     mbar_init_fence();
   }
   __syncthreads();
@@ -258,9 +257,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     wgmma_commit();
   };
-  // The K stage's release, by the warpgroup's leader once its Q K^T is done.
+  // The K stage's release (fwd_kernel.cuh's release_k).
   auto release_k = [&](int stage) {
-    if (leader) mbar_arrive(sm.k_empty(stage));
+    if constexpr (kSpeculate) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sm.k_empty(stage));
+    } else if (leader) {
+      mbar_arrive(sm.k_empty(stage));
+    }
+  };
+  // This warp's scores against the stage's K tile again, by mma.sync m16n8k32
+  // (warp_scores.cuh), Q's fragments from registers or, read as
+  // load_q_regs reads them, from the Q tile.
+  auto recompute_s = [&](int stage) {
+    const uint32_t kb = static_cast<uint32_t>(__cvta_generic_to_shared(sm.k(stage)));
+    warp_scores<T, D / 32, kNTiles, !Cfg::kQInRegs>(s, kb, Cfg::kBlockN * 128, lane, [&](int ks, uint32_t(&a)[4]) {
+      if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = qf[ks][i];
+      } else {
+        sm80::ldmatrix_x4(a, q_frag_addr(ks));
+      }
+    });
   };
   auto pack_p = [&] {
 #pragma unroll
@@ -393,30 +411,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       transform(t);
       return softmax.step(s, c, alpha);
     };
-    // This warp's scores against key tile t again, by mma.sync m16n8k32
-    // (warp_scores.cuh), Q's fragments from registers or, read as
-    // load_q_regs reads them, from the Q tile, K's rows from global memory
-    // (fwd_kernel.cuh's recompute_s; dense batches only here).
-    auto recompute_s = [&](int t) {
-      const unsigned char* k_head =
-          static_cast<const unsigned char*>(p.k) + tw.w.b * p.k_stride[0] + tw.w.hk * p.k_stride[1];
-      const int last = p.seq_k - 1;
-      auto key_row = [&](int n) {
-        return k_head + static_cast<int64_t>(min(t * Cfg::kBlockN + n, last)) * p.k_stride[2];
-      };
-      warp_scores<T, D / 32, kNTiles, !Cfg::kQInRegs>(s, key_row, lane, [&](int ks, uint32_t(&a)[4]) {
-        if constexpr (Cfg::kQInRegs) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) a[i] = qf[ks][i];
-        } else {
-          sm80::ldmatrix_x4(a, q_frag_addr(ks));
-        }
-      });
-    };
-    // A steady key tile's score() (fwd_kernel.cuh's score_steady).
-    auto score_steady = [&](int t, bool unseen) {
-      if constexpr (!kSpeculate) return score(t);
-      return softmax.step_steady(s, c, alpha, unseen, [&] { transform(t); }, [&] { recompute_s(t); });
+    // A steady key tile's score() and the stage's release (fwd_kernel.cuh's
+    // score_steady).
+    auto score_steady = [&](int t, int stage, bool unseen) {
+      if constexpr (!kSpeculate) {
+        release_k(stage);
+        return score(t);
+      }
+      const bool moved =
+          softmax.step_steady(s, c, alpha, unseen, [&] { transform(t); }, [&] { recompute_s(stage); });
+      release_k(stage);
+      return moved;
     };
     auto release_q = [&] {
       if (leader) mbar_arrive(sm.q_empty());
@@ -437,8 +442,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       turn_pass();
       wgmma_wait<0>();
       if (kReleaseQAfterQk && t_begin + 1 == t_end) release_q();
-      release_k(st.stage);
+      if constexpr (!kSpeculate) release_k(st.stage);
       score(t_begin);
+      if constexpr (kSpeculate) release_k(st.stage);
       pack_p();
       PipeState<Cfg::kStages> prev = st;
       st.advance();
@@ -458,9 +464,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           turn_pass();
           wgmma_wait<1>();
         }
-        release_k(st.stage);
         if (kReleaseQAfterQk && !kSpeculate && t + 1 == t_end) release_q();
-        const bool moved = score_steady(t, unseen);
+        const bool moved = score_steady(t, st.stage, unseen);
         // With kSpeculate Q stays until the tile's last step (its redo reads
         // Q); the warpgroup's barrier orders every warp's reads before the
         // leader's release.

@@ -113,15 +113,15 @@ __device__ __forceinline__ void o_to_panels(const float (&o)[1][kDTiles][4], uns
 // The Q barriers and the K/V ring's full and empty barriers of either
 // kernel's layout (one thread, before mbar_init_fence): the copy engine
 // completes a full barrier, each consumer warpgroup arrives once on an
-// empty one.
+// empty one (or each of its warps: k_empty_arrivals per consumer).
 template <class Cfg, class Layout>
-__device__ void init_ring_barriers(const Layout& sm) {
+__device__ void init_ring_barriers(const Layout& sm, int k_empty_arrivals = 1) {
   mbar_init(sm.q_full(), 1);
   mbar_init(sm.q_empty(), Cfg::kConsumers);
   for (int s = 0; s < Cfg::kStages; ++s) {
     mbar_init(sm.k_full(s), 1);
     mbar_init(sm.v_full(s), 1);
-    mbar_init(sm.k_empty(s), Cfg::kConsumers);
+    mbar_init(sm.k_empty(s), Cfg::kConsumers * k_empty_arrivals);
     mbar_init(sm.v_empty(s), Cfg::kConsumers);
   }
 }
@@ -167,11 +167,6 @@ struct SmemLayout {
   __device__ unsigned char* tile_work() const {
     return reinterpret_cast<unsigned char*>(bars() + 2 + 4 * Cfg::kStages + 2 * Cfg::kMaxBiasStages * Cfg::kConsumers +
                                             1);
-  }
-  // Consumer warp w's (0 .. 4 kConsumers - 1) two words for the redo of the
-  // speculative step, after the work tile.
-  __device__ int64_t* redo_slot(int w) const {
-    return reinterpret_cast<int64_t*>(tile_work() + Cfg::kTileWorkBytes) + 2 * w;
   }
   // Consumer cw's 64 rows of panel p of a [kBlockM][D] tile (Q or O).
   __device__ static unsigned char* rows(unsigned char* tile, int cw, int panel) {
@@ -562,13 +557,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // The plain kernel with Q in registers exponentiates each steady key tile
   // against the running reference max before the tile's max is known
   // (OnlineSoftmax::step_speculative); its rare redo recomputes a warp's
-  // scores from Q (registers or the Q tile) and K's rows in global memory
-  // (recompute_s below), so the K stage goes back to the producer as soon as
-  // the tile's Q K^T is done, as without it. (Holding the stage for the
-  // redo, each warp releasing it after its step, kept the consumers waiting
-  // on the next K tile: H200 source counters, causal FP16 N=8192: 8% of the
-  // consumers' stall samples at k_full, the producer 61% of its time at
-  // k_empty.)
+  // scores from Q's registers and the K stage (recompute_s below), so each
+  // warp releases the K stage itself, after its softmax step.
   // -DFMHA_SM90_SPECULATE=0 in CMAKE_CUDA_FLAGS: the old step on every tile
   // (an A/B in one tree).
   constexpr bool kSpeculate = FMHA_SM90_SPECULATE != 0 && !kScoreOps && Cfg::kConsumers == 2;
@@ -578,7 +568,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int wg = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    init_ring_barriers<Cfg>(sm);
+    init_ring_barriers<Cfg>(sm, kSpeculate ? 4 : 1);
     if constexpr (kAllOps)
       for (int s = 0; s < Cfg::kBiasStages; ++s)
         for (int c = 0; c < Cfg::kConsumers; ++c) {
@@ -684,9 +674,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) MmaRs<T, D, 1>::run(o_flat, pf[kk], dv.at(kk * 16 * 128), 1u);
     wgmma_commit();
   };
-  // The K stage's release, by the warpgroup's leader once its Q K^T is done.
+  // The K stage's release: by the warpgroup's leader once its Q K^T is
+  // done, or, with kSpeculate, by each warp after its softmax step (whose
+  // redo reads the stage again).
   auto release_k = [&](int stage) {
-    if (leader) mbar_arrive(sm.k_empty(stage));
+    if constexpr (kSpeculate) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sm.k_empty(stage));
+    } else if (leader) {
+      mbar_arrive(sm.k_empty(stage));
+    }
+  };
+  // S of this warp's 16 rows against the stage's K tile again, by mma.sync
+  // from Q's registers (warp_scores.cuh): the rare redo of step_speculative.
+  auto recompute_s = [&](int stage) {
+    const uint32_t kb = static_cast<uint32_t>(__cvta_generic_to_shared(sm.k(stage)));
+    if constexpr (kQInRegs) {
+      warp_scores<T, D / 16>(s, kb, Cfg::kBlockN * 128, lane, [&](int ks, uint32_t(&a)[4]) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) a[i] = qf[ks][i];
+      });
+    } else {  // Q's fragments from the Q tile, as load_q_regs reads them (rolled)
+      warp_scores<T, D / 16, kNTiles, true>(s, kb, Cfg::kBlockN * 128, lane,
+                                            [&](int ks, uint32_t(&a)[4]) { sm80::ldmatrix_x4(a, q_frag_addr(ks)); });
+    }
   };
   // Q of this consumer's 64 rows negated in place (score-ops kernels, a
   // negative q/k descale: `flip` in the tile loop): every 16-bit element's
@@ -979,51 +990,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       transform(t);
       return softmax.step(s, c, alpha);
     };
-    // S of this warp's 16 rows against key tile t again, by mma.sync from
-    // Q's registers or the Q tile (read as load_q_regs reads it, k-steps
-    // rolled) and K's rows in global memory (warp_scores.cuh): the rare redo
-    // of step_speculative. Keys past the sequence's end read its last key
-    // (the mask hides them), as the copy engine's loads do. What it needs of
-    // the work tile waits in the warp's redo slot (below), not in registers
-    // across the key loop (the serving kernel spilled in its key loop
-    // keeping them): the element offset of the sequence's key 0 at head hk
-    // (a block table's: of head hk), then the batch and the last key.
-    int64_t* const redo = sm.redo_slot(cw * 4 + warp);
-    if constexpr (kSpeculate) {
-      if (lane == 0) {
-        const bool paged = kServing && p.layout.paged();
-        redo[0] = tw.w.hk * p.k_stride[1] +
-                  (paged ? 0 : tw.k_batch() * p.k_stride[0] + static_cast<int64_t>(tw.k_row()) * p.k_stride[2]);
-        redo[1] = (tw.w.b << 32) | static_cast<uint32_t>(tw.len_k(p) - 1);
+    // score() of a steady key tile t in stage `stage` (kSpeculate: the
+    // speculative step unless some row of the warp has seen no key yet
+    // (`unseen`, voted before the scores arrive), its redo from recomputed
+    // scores), then the stage's release.
+    auto score_steady = [&](int t, int stage, bool unseen) {
+      if constexpr (!kSpeculate) {
+        release_k(stage);
+        return score(t);
       }
-    }
-    auto recompute_s = [&](int t) {
-      __syncwarp();
-      const T* k_seq = static_cast<const T*>(p.k) + redo[0];
-      const int64_t b = redo[1] >> 32;
-      const int last = static_cast<int>(redo[1] & 0xffffffff);
-      auto key_row = [&](int n) -> const T* {
-        const int j = min(t * Cfg::kBlockN + n, last);
-        if constexpr (kServing)
-          if (p.layout.paged()) return k_seq + paged_kv_row(p, b, j).k;
-        return k_seq + static_cast<int64_t>(j) * p.k_stride[2];
-      };
-      if constexpr (kQInRegs) {
-        warp_scores<T, D / 16, kNTiles>(s, key_row, lane, [&](int ks, uint32_t(&a)[4]) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) a[i] = qf[ks][i];
-        });
-      } else {
-        warp_scores<T, D / 16, kNTiles, true>(s, key_row, lane,
-                                              [&](int ks, uint32_t(&a)[4]) { sm80::ldmatrix_x4(a, q_frag_addr(ks)); });
-      }
-    };
-    // score() of a steady key tile t (kSpeculate: the speculative step
-    // unless some row of the warp has seen no key yet (`unseen`, voted
-    // before the scores arrive), its redo from recomputed scores).
-    auto score_steady = [&](int t, bool unseen) {
-      if constexpr (!kSpeculate) return score(t);
-      return softmax.step_steady(s, c, alpha, unseen, [&] { transform(t); }, [&] { recompute_s(t); });
+      const bool moved =
+          softmax.step_steady(s, c, alpha, unseen, [&] { transform(t); }, [&] { recompute_s(stage); });
+      release_k(stage);
+      return moved;
     };
     // With a separate O buffer, Q is free after the tile's last Q K^T;
     // otherwise after the O store has read it (below).
@@ -1065,8 +1044,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       turn_pass();
       wgmma_wait<0>();
       if (kReleaseQAfterQk && t_begin + 1 == t_end) release_q();
-      release_k(st.stage);
+      if constexpr (!kSpeculate) release_k(st.stage);
       score(t_begin);  // O is still 0: nothing to rescale
+      if constexpr (kSpeculate) release_k(st.stage);
       pack_p();
       if (t_begin + 1 < t_end) preload(t_begin + 1);
       PipeState<Cfg::kStages> prev = st;
@@ -1091,9 +1071,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           turn_pass();
           wgmma_wait<1>();
         }
-        release_k(st.stage);
         if (kReleaseQAfterQk && !kSpeculate && t + 1 == t_end) release_q();
-        const bool moved = score_steady(t, unseen);
+        const bool moved = score_steady(t, st.stage, unseen);
         // With kSpeculate Q stays until the tile's last step (its redo may
         // read Q); the warpgroup's barrier orders every warp's reads before
         // the leader's release.

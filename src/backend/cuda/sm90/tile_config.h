@@ -75,11 +75,7 @@ struct TileConfig {
   // the work tile as the producer derived it (fwd_kernel.cuh, TileWork).
   static constexpr int kMaxBiasStages = 2;
   static constexpr int kTileWorkBytes = 128;
-  // Then, per consumer warp, where the speculative step's redo finds K's
-  // rows in global memory (fwd_kernel.cuh's recompute_s): 16 bytes.
-  static constexpr int kRedoBytes = 16 * 4 * kConsumers;
-  static constexpr int kBarrierBytes =
-      8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8 + kTileWorkBytes + kRedoBytes;
+  static constexpr int kBarrierBytes = 8 * (2 + 4 * kStages + 2 * kMaxBiasStages * kConsumers) + 8 + kTileWorkBytes;
   static constexpr int kSmemMax = 227 * 1024;
   static constexpr bool kSeparateO = 1024 + 2 * kQBytes + 2 * kStages * kKVBytes + kBarrierBytes <= kSmemMax;
   static constexpr int kSmemBytes = 1024 + kQBytes * (kSeparateO ? 2 : 1) + 2 * kStages * kKVBytes + kBarrierBytes;

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "backend/cuda/sm80/ptx.cuh"  // MmaType (m16n8k16); ldmatrix_x4 (the callers' Q fragments)
+#include "backend/cuda/sm80/ptx.cuh"  // ldmatrix_x4, MmaType (m16n8k16)
 
 namespace fmha::cuda::sm90 {
 
@@ -42,44 +42,61 @@ struct MmaK32<__nv_fp8_e5m2> {
   }
 };
 
-// s = this warp's scores against kNTiles * 8 keys read from global memory
-// (the K stage is the producer's again by the time a warp finds it needs
-// them: the redo is rare, so its keys come through L2 instead of holding
-// the stage for every tile). key_row(n): key n's row, D elements of T,
-// 4-byte aligned. B fragment of n8 tile nt at k-step ks (m16n8k16, or
-// m16n8k32 for 8-bit T): lane l's 32-bit words 8 ks + l % 4 (b0) and
-// 8 ks + 4 + l % 4 (b1) of key 8 nt + l / 4 (2 16-bit or 4 8-bit elements
-// each). a_frag(ks, a) writes the warp's A fragment of k-step ks (Q, in the
-// m16n8k16 / m16n8k32 layout, which is also wgmma's register-A layout per
-// warp). s's layout is the wgmma accumulator's (element e of n8 tile nt of
-// lane l: row l / 4 + 8 (e / 2), key 8 nt + 2 (l % 4) + e % 2).
+// s = this warp's scores against kNTiles * 8 keys of a K tile in shared
+// memory at k_base: key rows of 128 bytes in 128-byte-swizzled panels
+// (16-byte chunk c of row r at c ^ (r % 8)) panel_bytes apart, the layout
+// the copy engine gives wgmma; a k-step is 32 bytes of a row (16 16-bit or
+// 32 8-bit elements), kKSteps of them. a_frag(ks, a) writes the warp's A
+// fragment of k-step ks (Q, in the m16n8k16 / m16n8k32 layout, which is
+// also wgmma's register-A layout per warp). Lane l addresses key row
+// 16 np + 8 (l / 16) + l % 8 and chunk 2 ks + (l / 8) % 2, so one x4 load
+// returns b0, b1 of n8 tile 2 np and b0, b1 of 2 np + 1. s's layout is the
+// wgmma accumulator's (element e of n8 tile nt of lane l: row l / 4 + 8
+// (e / 2), key 8 nt + 2 (l % 4) + e % 2).
 // kRolled: the k-steps in a rolled loop (a_frag must then take a run-time
-// ks, e.g. reading Q from shared memory); the n8 tiles are always unrolled
-// (s's registers), one key row pointer live at a time.
-template <class T, int kKSteps, int kNTiles, bool kRolled = false, class KeyRow, class AFrag>
-__device__ __forceinline__ void warp_scores(float (&s)[1][kNTiles][4], KeyRow&& key_row, int lane, AFrag&& a_frag) {
+// ks, e.g. reading Q from shared memory): unrolled, ptxas hoists every
+// step's loads, which made the FP8 kernel spill in its key loop.
+template <class T, int kNTiles>
+__device__ __forceinline__ void warp_scores_step(float (&s)[1][kNTiles][4], const uint32_t (&a)[4], uint32_t k_base,
+                                                 int panel_bytes, int lane, int ks) {
+  const int chunk = 2 * ks + (lane / 8) % 2;
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
-    const uint32_t* row = reinterpret_cast<const uint32_t*>(key_row(8 * nt + lane / 4)) + lane % 4;
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    auto step = [&](int ks) {
+  for (int np = 0; np < kNTiles / 2; ++np) {
+    const int key = 16 * np + 8 * (lane / 16) + lane % 8;
+    uint32_t b[4];
+    sm80::ldmatrix_x4(b, k_base + (chunk / 8) * panel_bytes + key * 128 + (((chunk % 8) ^ (key % 8)) << 4));
+    if constexpr (sizeof(T) == 1) {
+      MmaK32<T>::mma(s[0][2 * np], a, b[0], b[1]);
+      MmaK32<T>::mma(s[0][2 * np + 1], a, b[2], b[3]);
+    } else {
+      sm80::MmaType<T>::mma(s[0][2 * np], a, b[0], b[1]);
+      sm80::MmaType<T>::mma(s[0][2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+template <class T, int kKSteps, int kNTiles, bool kRolled = false, class AFrag>
+__device__ __forceinline__ void warp_scores(float (&s)[1][kNTiles][4], uint32_t k_base, int panel_bytes, int lane,
+                                            AFrag&& a_frag) {
+  static_assert(kNTiles % 2 == 0, "pairs of n8 tiles per ldmatrix x4");
+#pragma unroll
+  for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][nt][e] = 0.f;
+  if constexpr (kRolled) {
+#pragma unroll 1
+    for (int ks = 0; ks < kKSteps; ++ks) {
       uint32_t a[4];
       a_frag(ks, a);
-      const uint32_t b0 = __ldg(row + 8 * ks), b1 = __ldg(row + 8 * ks + 4);
-      if constexpr (sizeof(T) == 1)
-        MmaK32<T>::mma(d, a, b0, b1);
-      else
-        sm80::MmaType<T>::mma(d, a, b0, b1);
-    };
-    if constexpr (kRolled) {
-#pragma unroll 1
-      for (int ks = 0; ks < kKSteps; ++ks) step(ks);
-    } else {
-#pragma unroll
-      for (int ks = 0; ks < kKSteps; ++ks) step(ks);
+      warp_scores_step<T>(s, a, k_base, panel_bytes, lane, ks);
     }
+  } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[0][nt][e] = d[e];
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      uint32_t a[4];
+      a_frag(ks, a);
+      warp_scores_step<T>(s, a, k_base, panel_bytes, lane, ks);
+    }
   }
 }
 
