@@ -233,6 +233,43 @@ TEST_CASE("serving: paged K/V, page sizes 1, 16, 64, 256, shuffled pages, both s
   run_group("paged", cases, {0, 5});
 }
 
+// A running max that jumps by up to 181 nats from one block of 128 keys to
+// the next (ServingCase::rising_logits: per sequence, k[j, 0] = 32 (j / 128),
+// q[i, 0] in {4, 64, 2, -4} by (i / 16) % 4) on the serving layouts, where
+// cuda_sm90_ws's speculative step finds a rescale or an overflowed p and its
+// redo recomputes the warp's scores from the K stage the copy engine filled
+// through cu_seqlens_k, seqused_k over a longer cache, and block tables of
+// 16-key pages (8 per key tile), 64 and 256 (a tile inside a page); D=128
+// (Q in registers) and D=256 (Q from its tile), causal and not.
+TEST_CASE("serving: rising logits (a running max jumping by up to 181 nats per key block), ragged, seqused_k, paged") {
+  std::vector<ServingCase> cases;
+  int n = 0;
+  for (fmha_dtype dt : kHalf)
+    for (int64_t d : {128, 256})
+      for (int layout = 0; layout < 5; ++layout) {
+        ServingCase c = base(dt, 2, 1, d);
+        c.rising_logits = true;
+        // Packed queries of two lengths with ragged keys and 16-key pages,
+        // dense ones (equal lengths) otherwise.
+        const bool packed_q = layout == 0 || layout == 2;
+        c.q_layout = packed_q ? QLayout::kRagged : QLayout::kDense;
+        c.len_q = packed_q ? std::vector<int64_t>{64, 40} : std::vector<int64_t>{64, 64};
+        c.len_k = {520, 300};
+        c.mask_flags = n % 2 ? FMHA_MASK_CAUSAL : FMHA_MASK_NONE;
+        if (layout == 0) {
+          c.kv_layout = KvLayout::kRagged;
+        } else if (layout == 1) {
+          c.seqused_k = true;
+          c.kv_spare = 70;
+        } else {
+          shuffled_pages(&c, layout == 2 ? 16 : layout == 3 ? 64 : 256, n);
+        }
+        cases.push_back(c);
+        ++n;
+      }
+  run_group("rising logits", cases, {0, 3});
+}
+
 TEST_CASE("serving: decode Nq = 1..8, GQA 32/8 D=128, paged and seqused_k, split-KV") {
   // The GQA group is packed into one tile (decode): each K/V tile serves 4
   // heads x Nq rows; splits are sized for the longest sequence, so shorter

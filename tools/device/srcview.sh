@@ -29,7 +29,7 @@ note "srcview.sh $(date -u '+%Y-%m-%d %H:%M UTC') at $(git -C "$root" rev-parse 
 
 STEP_PATTERN='error:|FAILED|CMake Error'
 step configure "$logs/build.log" cmake -S "$root" -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DFMHA_BUILD_TESTS=OFF -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF \
+  -DFMHA_BUILD_TESTS=ON -DFMHA_BUILD_EXAMPLES=OFF -DFMHA_BUILD_BENCHMARKS=ON -DFMHA_BUILD_PYTHON=OFF \
   -DFMHA_BUILD_RUST=OFF -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_CUDA_FLAGS=-lineinfo \
   "-DFMHA_SM80_INSTANCES=f16:128;bf16:128" "-DFMHA_SM90_INSTANCES=f16:128;bf16:128" || exit 1
 step build "$logs/build2.log" cmake --build "$bdir" -j"${JOBS:-16}" --target fmha bench_cuda || exit 1
