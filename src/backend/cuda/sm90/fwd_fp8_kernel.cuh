@@ -257,15 +257,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     wgmma_commit();
   };
-  // The K stage's release (fwd_kernel.cuh's release_k).
-  auto release_k = [&](int stage) {
-    if constexpr (kSpeculate) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(sm.k_empty(stage));
-    } else if (leader) {
-      mbar_arrive(sm.k_empty(stage));
-    }
-  };
+  auto release_k = [&](int stage) { release_k_stage<kSpeculate>(sm.k_empty(stage), lane, leader); };
   // This warp's scores against the stage's K tile again, by mma.sync m16n8k32
   // (warp_scores.cuh), Q's fragments from registers or, read as
   // load_q_regs reads them, from the Q tile.

@@ -126,6 +126,20 @@ __device__ void init_ring_barriers(const Layout& sm, int k_empty_arrivals = 1) {
   }
 }
 
+// A consumer's release of K stage `bar` (either kernel): by the warpgroup's
+// leader once its Q K^T is done, or, where the speculative step's redo reads
+// the stage again (kPerWarp; init_ring_barriers' k_empty_arrivals = 4), by
+// each warp after its softmax step.
+template <bool kPerWarp>
+__device__ __forceinline__ void release_k_stage(uint64_t* bar, int lane, bool leader) {
+  if constexpr (kPerWarp) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bar);
+  } else if (leader) {
+    mbar_arrive(bar);
+  }
+}
+
 // Shared memory of one CTA, carved from the 1024-aligned dynamic base.
 template <class Cfg>
 struct SmemLayout {
@@ -674,17 +688,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk) MmaRs<T, D, 1>::run(o_flat, pf[kk], dv.at(kk * 16 * 128), 1u);
     wgmma_commit();
   };
-  // The K stage's release: by the warpgroup's leader once its Q K^T is
-  // done, or, with kSpeculate, by each warp after its softmax step (whose
-  // redo reads the stage again).
-  auto release_k = [&](int stage) {
-    if constexpr (kSpeculate) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(sm.k_empty(stage));
-    } else if (leader) {
-      mbar_arrive(sm.k_empty(stage));
-    }
-  };
+  auto release_k = [&](int stage) { release_k_stage<kSpeculate>(sm.k_empty(stage), lane, leader); };
   // S of this warp's 16 rows against the stage's K tile again, by mma.sync
   // from Q's registers (warp_scores.cuh): the rare redo of step_speculative.
   auto recompute_s = [&](int stage) {
